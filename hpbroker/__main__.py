@@ -1,0 +1,3 @@
+from hpbroker.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The acceptor process: binds the listener and hands sockets to workers (see issue #3)."""

@@ -1,0 +1,150 @@
+"""Per-log configuration under Kafka's names and defaults.
+
+Kafka names each setting twice: a topic-level key (``segment.bytes``) and the
+broker-wide default it falls back to (``log.segment.bytes``).  ``LogConfig``
+holds the topic-level values; ``from_broker_properties`` reads the broker keys
+and ``with_overrides`` applies a topic's own keys on top.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+LONG_MAX = (1 << 63) - 1
+DAY_MS = 24 * 60 * 60 * 1000
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _timestamp_type(text: str) -> str:
+    if text not in ("CreateTime", "LogAppendTime"):
+        raise ValueError(f"expected CreateTime or LogAppendTime, got {text!r}")
+    return text
+
+
+def _cleanup_policy(text: str) -> str:
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError(f"expected delete, compact or both, got {text!r}")
+    return ",".join(sorted(set(parts), key=("compact", "delete").index))
+
+
+@dataclass(frozen=True)
+class _Key:
+    field: str
+    topic_key: str
+    broker_key: str
+    parse: object
+    minimum: int | None = None
+
+
+_KEYS = (
+    _Key("segment_bytes", "segment.bytes", "log.segment.bytes", int, 14),
+    _Key("segment_ms", "segment.ms", "log.roll.ms", int, 1),
+    _Key("segment_jitter_ms", "segment.jitter.ms", "log.roll.jitter.ms", int, 0),
+    _Key("segment_index_bytes", "segment.index.bytes", "log.index.size.max.bytes", int, 4),
+    _Key("index_interval_bytes", "index.interval.bytes", "log.index.interval.bytes", int, 0),
+    _Key("flush_messages", "flush.messages", "log.flush.interval.messages", int, 1),
+    _Key("flush_ms", "flush.ms", "log.flush.interval.ms", int, 0),
+    _Key("retention_ms", "retention.ms", "log.retention.ms", int, -1),
+    _Key("retention_bytes", "retention.bytes", "log.retention.bytes", int, -1),
+    _Key("file_delete_delay_ms", "file.delete.delay.ms", "log.segment.delete.delay.ms", int, 0),
+    _Key("max_message_bytes", "max.message.bytes", "message.max.bytes", int, 0),
+    _Key("message_timestamp_type", "message.timestamp.type", "log.message.timestamp.type", _timestamp_type),
+    _Key("cleanup_policy", "cleanup.policy", "log.cleanup.policy", _cleanup_policy),
+    _Key("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
+    _Key("preallocate", "preallocate", "log.preallocate", _parse_bool),
+)
+_BY_TOPIC_KEY = {k.topic_key: k for k in _KEYS}
+_BY_BROKER_KEY = {k.broker_key: k for k in _KEYS}
+# Coarser broker spellings, used only when the finer one is absent (as in Kafka).
+_BROKER_ALIASES = {
+    "log.roll.hours": ("log.roll.ms", 60 * 60 * 1000),
+    "log.roll.jitter.hours": ("log.roll.jitter.ms", 60 * 60 * 1000),
+    "log.retention.minutes": ("log.retention.ms", 60 * 1000),
+    "log.retention.hours": ("log.retention.ms", 60 * 60 * 1000),
+}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * DAY_MS
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    file_delete_delay_ms: int = 60_000
+    max_message_bytes: int = 1024 * 1024 + 12
+    message_timestamp_type: str = "CreateTime"
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = DAY_MS
+    preallocate: bool = False
+
+    @classmethod
+    def from_broker_properties(cls, props: dict) -> "LogConfig":
+        """Defaults for every log from a broker's properties; keys that are not
+        log settings are left for the broker's own config to judge."""
+        props = dict(props)
+        for alias, (key, factor) in _BROKER_ALIASES.items():
+            if alias in props and key not in props:
+                props[key] = str(int(_parse(alias, props[alias], int)) * factor)
+        values = {}
+        for name, text in props.items():
+            key = _BY_BROKER_KEY.get(name)
+            if key is not None:
+                values[key.field] = _convert(key, name, text)
+        return cls(**values)
+
+    def with_overrides(self, topic_config: dict) -> "LogConfig":
+        """This config with a topic's own settings applied; unknown keys are an error."""
+        values = {}
+        for name, text in topic_config.items():
+            key = _BY_TOPIC_KEY.get(name)
+            if key is None:
+                raise ConfigError(f"unknown topic config {name!r}")
+            values[key.field] = _convert(key, name, text)
+        return dataclasses.replace(self, **values)
+
+    def topic_properties(self) -> dict[str, str]:
+        """Every setting under its topic-level name, as DescribeConfigs shows them."""
+        return {k.topic_key: _render(getattr(self, k.field)) for k in _KEYS}
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def is_topic_config_key(name: str) -> bool:
+    return name in _BY_TOPIC_KEY
+
+
+def _parse(name, text, parse):
+    try:
+        return parse(text) if parse is not int else int(str(text).strip())
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from None
+
+
+def _convert(key: _Key, name: str, text):
+    value = _parse(name, text, key.parse)
+    if key.minimum is not None and value < key.minimum:
+        raise ConfigError(f"invalid value {value} for {name}: must be at least {key.minimum}")
+    return value
+
+
+def _render(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

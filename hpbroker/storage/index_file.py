@@ -1,0 +1,128 @@
+"""An append-only file of fixed-size, big-endian (key, value) entries with sorted keys.
+
+The base of Kafka's two sparse segment indexes.  The file holds exactly the
+entries written (Kafka preallocates and trims on close; a file from an unclean
+Kafka shutdown may still carry zero padding, which ``load`` cuts off).  The
+entries are mirrored in native int64 numpy arrays, loaded on first use, so a
+lookup is one ``searchsorted``.
+
+A subclass declares ``DTYPE`` (a structured big-endian dtype with fields
+``key`` and ``value``).
+"""
+
+import os
+
+import numpy as np
+
+
+class IndexCorruptError(ValueError):
+    """An index file is inconsistent with its segment; it should be rebuilt."""
+
+
+class IndexFile:
+    DTYPE: np.dtype  # set by subclasses
+
+    def __init__(self, path: str, base_offset: int, max_index_bytes: int):
+        self.path = path
+        self.base_offset = base_offset
+        self.max_entries = max(1, max_index_bytes // self.DTYPE.itemsize)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._keys = None  # int64 arrays with spare capacity; None until loaded
+        self._values = None
+        self._count = 0
+
+    # --- loading ---------------------------------------------------------
+    def _load(self) -> None:
+        if self._keys is not None:
+            return
+        size = os.fstat(self._fd).st_size
+        raw = np.fromfile(self.path, dtype=self.DTYPE, count=size // self.DTYPE.itemsize)
+        keys = raw["key"].astype(np.int64)
+        values = raw["value"].astype(np.int64)
+        count = self._valid_prefix(keys, values)
+        if count * self.DTYPE.itemsize != size:
+            os.ftruncate(self._fd, count * self.DTYPE.itemsize)
+        capacity = max(16, count * 2)
+        self._keys = np.zeros(capacity, np.int64)
+        self._values = np.zeros(capacity, np.int64)
+        self._keys[:count] = keys[:count]
+        self._values[:count] = values[:count]
+        self._count = count
+
+    @staticmethod
+    def _valid_prefix(keys: np.ndarray, values: np.ndarray) -> int:
+        """Entries up to the first that breaks key order or is zero padding."""
+        if len(keys) == 0:
+            return 0
+        bad = np.zeros(len(keys), dtype=bool)
+        bad[1:] = keys[1:] <= keys[:-1]
+        bad |= (keys == 0) & (values == 0)
+        hits = np.flatnonzero(bad)
+        return int(hits[0]) if len(hits) else len(keys)
+
+    # --- reading ---------------------------------------------------------
+    def __len__(self) -> int:
+        self._load()
+        return self._count
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def keys(self) -> np.ndarray:
+        self._load()
+        return self._keys[: self._count]
+
+    def values(self) -> np.ndarray:
+        self._load()
+        return self._values[: self._count]
+
+    def last_entry(self) -> tuple[int, int] | None:
+        self._load()
+        if self._count == 0:
+            return None
+        return int(self._keys[self._count - 1]), int(self._values[self._count - 1])
+
+    def floor(self, key: int) -> int:
+        """Index of the last entry whose key is <= key, or -1."""
+        return int(np.searchsorted(self.keys(), key, side="right")) - 1
+
+    # --- writing ---------------------------------------------------------
+    def _append(self, key: int, value: int) -> None:
+        self._load()
+        if self._count and key <= self._keys[self._count - 1]:
+            raise IndexCorruptError(
+                f"{self.path}: entry key {key} is not above the last {self._keys[self._count - 1]}"
+            )
+        if self._count >= self.max_entries:
+            raise IndexCorruptError(f"{self.path}: index is full ({self.max_entries} entries)")
+        if self._count == len(self._keys):
+            self._keys = np.concatenate([self._keys, np.zeros_like(self._keys)])
+            self._values = np.concatenate([self._values, np.zeros_like(self._values)])
+        entry = np.array([(key, value)], dtype=self.DTYPE)
+        os.write(self._fd, entry.tobytes())
+        self._keys[self._count] = key
+        self._values[self._count] = value
+        self._count += 1
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep the first ``count`` entries."""
+        self._load()
+        if count < self._count:
+            self._count = count
+            os.ftruncate(self._fd, count * self.DTYPE.itemsize)
+
+    def reset(self) -> None:
+        self.truncate_entries(0)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename(self, new_path: str) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path

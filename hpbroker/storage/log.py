@@ -1,0 +1,527 @@
+"""A partition's log: the ordered segments of ``<log.dir>/<topic>-<partition>/``.
+
+Offsets, in the order they must always keep::
+
+    log_start_offset <= flushed_offset <= written_offset <= log_end_offset
+
+* ``log_end_offset`` (appended): the next offset ``append()`` will assign.
+  Batches below it have offsets, but may still be staged in memory.
+* ``written_offset``: batches below it are in the file (the page cache).
+  Readers see exactly these; they survive a crash of this process.
+* ``flushed_offset``: batches below it were fsynced and survive a power loss.
+  It is the recovery point: after an unclean stop, only segments from the one
+  holding it onwards are scanned.
+
+``append()`` writes through by default (``write=False`` only stages, for a
+caller that appends to many partitions and writes them together); the flush
+policy (``flush.messages`` / ``flush.ms``) is applied after each write and by
+``tick()``.  The segment list is a tuple replaced wholesale on every change
+(copy-on-write): a reader's binary search runs over a snapshot that a
+concurrent roll or delete never mutates.
+"""
+
+import bisect
+import logging
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpbroker.kernels import scan_batches
+from hpbroker.kernels.batch_scan import STOP_END
+from hpbroker.records import batch as batch_format
+from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage.config import LogConfig
+from hpbroker.storage.errors import (
+    CorruptBatchError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnsupportedFormatError,
+)
+from hpbroker.storage.index_file import IndexCorruptError
+from hpbroker.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = (1 << 31) - 1
+_BASE_OFFSET = struct.Struct(">q")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    batches: int
+    records: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ReadSlice:
+    """Whole batches of one segment: ``size`` bytes at ``position`` of ``fd``,
+    ready for ``os.sendfile``.  The descriptor stays valid while the segment is
+    merely scheduled for deletion."""
+
+    segment: LogSegment
+    position: int
+    size: int
+    first_offset: int
+
+    @property
+    def fd(self) -> int:
+        return self.segment.fd
+
+    def tobytes(self) -> bytes:
+        return self.segment.read_bytes(self.position, self.size)
+
+
+class Log:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig):
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.log_start_offset = 0
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: tuple[int, ...] = ()
+        self._log_end_offset = 0
+        self._written_offset = 0
+        self._flushed_offset = 0
+        self._last_flush_ms = now_ms()
+        self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._leader_epochs: list[tuple[int, int]] = []
+
+    # --- opening -------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        topic_id=None,
+    ) -> "Log":
+        """Open (creating if needed) a partition directory and recover it."""
+        os.makedirs(directory, exist_ok=True)
+        self = cls(directory, topic, partition, config)
+        metadata = os.path.join(directory, filenames.PARTITION_METADATA)
+        if topic_id is not None and not os.path.exists(metadata):
+            checkpoints.write_partition_metadata(metadata, topic_id)
+        self._load(recovery_point, log_start_offset, clean_shutdown)
+        return self
+
+    @property
+    def topic_id(self):
+        path = os.path.join(self.directory, filenames.PARTITION_METADATA)
+        return checkpoints.read_partition_metadata(path) if os.path.exists(path) else None
+
+    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+        bases = _tidy_directory(self.directory)
+        created = now_ms()
+        segments = [self._new_segment(base, created) for base in bases]
+        if not segments:
+            segments = [self._new_segment(log_start_offset, created)]
+        recovered = False
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            unflushed = not clean_shutdown and (next_base is None or next_base > recovery_point)
+            if not unflushed:
+                try:
+                    segment.load()
+                    continue
+                except IndexCorruptError as exc:
+                    log.warning("%s: rebuilding indexes: %s", self._name, exc)
+            result = segment.recover()
+            recovered = True
+            if result.truncated_bytes:
+                log.warning(
+                    "%s: segment %d: cut %d bytes after %d valid batches (%d bytes): %s",
+                    self._name, segment.base_offset, result.truncated_bytes, result.batches, result.valid_bytes, result.reason,
+                )
+                for later in segments[i + 1 :]:
+                    log.warning("%s: deleting segment %d after the corruption", self._name, later.base_offset)
+                    later.close_and_unlink()
+                segments = segments[: i + 1]
+                break
+        self._set_segments(tuple(segments))
+        active = segments[-1]
+        self._log_end_offset = self._written_offset = active.next_offset
+        self.log_start_offset = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
+        self._load_leader_epochs()
+        if recovered:
+            self.flush()  # what recovery kept is now the recovery point
+        else:
+            self._flushed_offset = self._flush_requested_to = min(max(recovery_point, self.log_start_offset), self._written_offset)
+
+    def _new_segment(self, base_offset: int, created_ms: int) -> LogSegment:
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+            created_ms=created_ms,
+        )
+
+    @property
+    def _name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _set_segments(self, segments: tuple) -> None:
+        self._segments = segments
+        self._bases = tuple(s.base_offset for s in segments)
+
+    # --- offsets -------------------------------------------------------------
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def written_offset(self) -> int:
+        return self._written_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed_offset
+
+    recovery_point = flushed_offset
+    high_watermark = written_offset  # one replica: everything written is committed
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # --- appending -----------------------------------------------------------
+    def append(self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True) -> AppendInfo:
+        """Assign offsets to one or more v2 batches and add them to the log.
+
+        Each batch must be whole with a valid CRC; its base offset is rewritten
+        and the partition leader epoch stamped (both outside the CRC); with
+        ``message.timestamp.type=LogAppendTime`` the max timestamp is set and the
+        CRC recomputed.  Returns once the batches are written (page cache), or
+        only staged with ``write=False``.  Raises a StorageError subclass (with
+        the Kafka error code) and appends nothing when any batch is rejected.
+        """
+        buf = bytearray(records)
+        scan = scan_batches(np.frombuffer(buf, np.uint8))
+        self._validate(scan, len(buf))
+        counts = scan.last_offset - scan.base_offset + 1
+        bases = self._log_end_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        last_offsets = bases + counts - 1
+        append_time = -1
+        max_timestamps = scan.max_timestamp
+        if self.config.log_append_time:
+            append_time = now_ms() if timestamp_ms is None else timestamp_ms
+            max_timestamps = np.full(len(bases), append_time, np.int64)
+        for pos, base in zip(scan.position.tolist(), bases.tolist()):
+            _BASE_OFFSET.pack_into(buf, pos, base)
+            batch_format.set_partition_leader_epoch(buf, pos, leader_epoch)
+            if append_time >= 0:
+                batch_format.set_log_append_time(buf, pos, append_time)
+        incoming_max_ts = int(max_timestamps.max())
+        if self._should_roll(len(buf), incoming_max_ts, int(last_offsets[-1]), len(bases)):
+            self.roll()
+        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps)
+        self._note_leader_epoch(leader_epoch, int(bases[0]))
+        self._log_end_offset = int(last_offsets[-1]) + 1
+        if write:
+            self.write()
+        return AppendInfo(
+            first_offset=int(bases[0]),
+            last_offset=int(last_offsets[-1]),
+            max_timestamp=incoming_max_ts,
+            log_append_time=append_time,
+            batches=len(bases),
+            records=int(scan.record_count.sum()),
+            size=len(buf),
+        )
+
+    def _validate(self, scan, size: int) -> None:
+        if scan.stop != STOP_END or len(scan.position) == 0:
+            raise CorruptBatchError(
+                f"{self._name}: rejected append: batch at byte {scan.valid_end} of {size} is invalid (scan stop code {scan.stop})"
+            )
+        if (scan.magic != 2).any():
+            raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be appended")
+        too_large = np.flatnonzero(scan.size > self.config.max_message_bytes)
+        if len(too_large):
+            raise RecordTooLargeError(
+                f"{self._name}: batch of {int(scan.size[too_large[0]])} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
+        if size > self.config.segment_bytes:
+            raise RecordTooLargeError(f"{self._name}: {size} bytes exceed segment.bytes={self.config.segment_bytes}")
+        if ((scan.last_offset - scan.base_offset + 1) != scan.record_count).any() or (scan.record_count < 1).any():
+            raise InvalidRecordError(f"{self._name}: a batch's record count does not match its last offset delta")
+
+    def _should_roll(self, incoming_bytes: int, incoming_max_ts: int, last_offset: int, batches: int) -> bool:
+        seg = self.active_segment
+        if seg.is_empty():
+            return False
+        if seg.staged_size + incoming_bytes > self.config.segment_bytes:
+            return True
+        if seg.indexes_full(extra_entries=batches):
+            return True
+        if last_offset - seg.base_offset > _INT32_MAX:
+            return True
+        roll_after = self.config.segment_ms - self.config.segment_jitter_ms
+        if seg.first_batch_timestamp >= 0:
+            return incoming_max_ts - seg.first_batch_timestamp > roll_after
+        return now_ms() - seg.created_ms > roll_after
+
+    def write(self) -> None:
+        """Write staged batches to the file; then apply ``flush.messages``."""
+        try:
+            self.active_segment.write()
+        except OSError as exc:
+            self._log_end_offset = self._written_offset
+            raise KafkaStorageError(f"{self._name}: write failed, nothing appended: {exc}") from exc
+        self._written_offset = self._log_end_offset
+        if self._written_offset - self._flushed_offset >= self.config.flush_messages:
+            self.flush()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        old = self.active_segment
+        if old.is_empty():
+            return old
+        self.write()
+        old.on_roll()
+        segment = self._new_segment(self._log_end_offset, now_ms())
+        self._set_segments(self._segments + (segment,))
+        self._flush_requested_to = max(self._flush_requested_to, segment.base_offset)
+        log.info("%s: rolled to segment %d", self._name, segment.base_offset)
+        return segment
+
+    # --- flushing and periodic work -----------------------------------------------
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in [flushed, up_to) (default:
+        everything written) and advance the recovery point."""
+        self.write()
+        target = self._written_offset if up_to is None else min(up_to, self._written_offset)
+        if target <= self._flushed_offset:
+            return
+        for segment in self._segments_overlapping(self._flushed_offset, target):
+            try:
+                segment.flush()
+            except OSError as exc:
+                raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
+        self._flushed_offset = max(self._flushed_offset, target)
+        self._last_flush_ms = now_ms()
+
+    def tick(self, now: int | None = None) -> None:
+        """Periodic work: the time flush policy, the flush a roll asked for, and
+        unlinking segments whose delete delay has passed."""
+        now = now_ms() if now is None else now
+        if self._flush_requested_to > self._flushed_offset:
+            self.flush(self._flush_requested_to)
+        if self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+        while self._pending_deletes and self._pending_deletes[0][0] <= now:
+            _, segment = self._pending_deletes.pop(0)
+            segment.close_and_unlink()
+
+    def _segments_overlapping(self, start: int, end: int) -> tuple[LogSegment, ...]:
+        """Segments holding any offset in [start, end)."""
+        segs = self._segments
+        first = max(0, bisect.bisect_right(self._bases, start) - 1)
+        return segs[first : bisect.bisect_left(self._bases, end)]
+
+    # --- reading -------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True) -> ReadSlice | None:
+        """Whole batches from the one holding ``offset``, from a single segment,
+        at most ``max_bytes`` (but at least one batch when ``min_one``), none at
+        or beyond ``max_offset`` (default: the written offset).  None when there
+        is nothing yet at ``offset``; OffsetOutOfRangeError outside
+        [log start, written offset]."""
+        segments, bases = self._segments, self._bases  # one snapshot for the whole read
+        end = self._written_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, end)
+        limit = end if max_offset is None else min(max_offset, end)
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        for segment in segments[i:]:
+            if segment.base_offset >= limit:
+                return None
+            found = segment.read(offset, max_bytes, limit, min_one)
+            if found is not None:
+                return ReadSlice(segment, found[0], found[1], max(offset, segment.base_offset))
+        return None
+
+    def read_records(self, offset: int, max_bytes: int = 1 << 20, **kwargs) -> bytes:
+        found = self.read(offset, max_bytes, **kwargs)
+        return found.tobytes() if found else b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record at or after the log start
+        whose timestamp is >= ``timestamp`` (Kafka's ListOffsets), or None."""
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.find_batch_by_timestamp(timestamp, self.log_start_offset)
+            if found is None:
+                continue
+            data = segment.read_bytes(found.position, found.size)
+            for record in batch_format.decode_batch(data).records:
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the record with the largest timestamp (ListOffsets -3)."""
+        best = max((s for s in self._segments if s.size), key=lambda s: s.max_timestamp, default=None)
+        if best is None or best.max_timestamp < 0:
+            return None
+        found = best.find_batch(best.offset_of_max_timestamp)
+        records = batch_format.decode_batch(best.read_bytes(found.position, found.size)).records
+        top = max(records, key=lambda r: r.timestamp)
+        return top.offset, top.timestamp
+
+    # --- deleting ------------------------------------------------------------
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply ``retention.ms`` and ``retention.bytes`` (and the log start
+        offset), deleting whole segments from the oldest, never the active one.
+        Returns how many segments went."""
+        if "delete" not in self.config.cleanup_policy:
+            return self._delete_prefix(lambda seg, _: seg.next_offset <= self.log_start_offset)
+        now = now_ms() if now is None else now
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        excess = self.size_in_bytes() - retention_bytes if retention_bytes >= 0 else 0
+
+        def expired(segment: LogSegment, freed: int) -> bool:
+            if segment.next_offset <= self.log_start_offset:
+                return True
+            if retention_ms >= 0 and now - _largest_timestamp(segment) > retention_ms:
+                return True
+            return excess - freed >= segment.size > 0
+
+        return self._delete_prefix(expired)
+
+    def _delete_prefix(self, predicate) -> int:
+        doomed, freed = [], 0
+        for segment in self._segments[:-1]:
+            if not predicate(segment, freed):
+                break
+            doomed.append(segment)
+            freed += segment.size
+        if not doomed:
+            return 0
+        remaining = self._segments[len(doomed):]
+        self._set_segments(remaining)
+        self._advance_log_start(remaining[0].base_offset)
+        due = now_ms() + self.config.file_delete_delay_ms
+        for segment in doomed:
+            segment.mark_deleted()
+            self._pending_deletes.append((due, segment))
+            log.info("%s: deleting segment %d (%d bytes)", self._name, segment.base_offset, segment.size)
+        return len(doomed)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to ``offset``
+        (at most the written offset) and drop the segments wholly below it."""
+        if offset > self._written_offset or offset < 0:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self._written_offset)
+        self._advance_log_start(offset)
+        self._delete_prefix(lambda seg, _: seg.next_offset <= self.log_start_offset)
+        return self.log_start_offset
+
+    def _advance_log_start(self, offset: int) -> None:
+        # Nothing below the log start is ever read or recovered again, so the
+        # recovery point may not lag behind it (keeps the offsets ordered).
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self._flushed_offset = max(self._flushed_offset, self.log_start_offset)
+
+    # --- leader epochs -------------------------------------------------------
+    def _note_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        if epoch >= 0 and (not self._leader_epochs or epoch > self._leader_epochs[-1][0]):
+            self._leader_epochs.append((epoch, start_offset))
+            checkpoints.write_leader_epochs(os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT), self._leader_epochs)
+
+    def _load_leader_epochs(self) -> None:
+        path = os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT)
+        try:
+            epochs = checkpoints.read_leader_epochs(path)
+        except checkpoints.CheckpointError as exc:
+            log.warning("%s: ignoring %s", self._name, exc)
+            epochs = []
+        kept = [(e, o) for e, o in epochs if o < self._log_end_offset]
+        if kept != epochs:
+            checkpoints.write_leader_epochs(path, kept)
+        self._leader_epochs = kept
+
+    @property
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        return list(self._leader_epochs)
+
+    # --- closing -------------------------------------------------------------
+    def close(self) -> None:
+        """Write and fsync everything, then close every file."""
+        self.flush()
+        for _, segment in self._pending_deletes:
+            segment.close_and_unlink()
+        self._pending_deletes.clear()
+        for segment in self._segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Remove the whole partition directory (DeleteTopics)."""
+        for segment in self._segments:
+            segment.close()
+        parent = os.path.dirname(self.directory)
+        doomed = os.path.join(parent, filenames.delete_dir_name(self.topic, self.partition))
+        os.rename(self.directory, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    """A segment's largest record timestamp; its file's mtime when no record
+    carries one (as Kafka falls back to)."""
+    if segment.max_timestamp >= 0:
+        return segment.max_timestamp
+    return os.stat(segment.log_path).st_mtime_ns // 1_000_000
+
+
+def _tidy_directory(directory: str) -> list[int]:
+    """Finish or undo what a crash interrupted and return the segments' base
+    offsets: ``.deleted`` and ``.cleaned`` files go, a ``.swap`` replaces its
+    original, index files without a ``.log`` go."""
+    names = os.listdir(directory)
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith((filenames.DELETED_SUFFIX, filenames.CLEANED_SUFFIX, ".tmp")):
+            os.unlink(path)
+        elif name.endswith(filenames.SWAP_SUFFIX):
+            os.replace(path, path[: -len(filenames.SWAP_SUFFIX)])
+    names = os.listdir(directory)
+    bases = sorted(filenames.base_offset_of(n) for n in names if filenames.is_segment_log(n))
+    known = set(bases)
+    for name in names:
+        if name.endswith((filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX)):
+            try:
+                orphan = filenames.base_offset_of(name) not in known
+            except ValueError:
+                continue
+            if orphan:
+                os.unlink(os.path.join(directory, name))
+    return bases

@@ -1,0 +1,206 @@
+"""Every partition log of a broker, across its ``log.dirs``.
+
+Owns what lives at the root of each log directory: the ``.lock`` (one broker
+per directory), ``meta.properties`` (broker id and cluster id, checked on every
+start), the clean-shutdown marker, and the offset checkpoints that are written
+for all partitions at once.  On start it learns from the marker whether the last
+stop was clean, removes it, and opens every partition with its recovery point
+and log start offset; on ``close()`` it flushes everything, writes the
+checkpoints and only then the marker.
+"""
+
+import fcntl
+import logging
+import os
+import shutil
+import uuid
+
+from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage.config import LogConfig
+from hpbroker.storage.errors import LogDirInUseError, StorageError
+from hpbroker.storage.log import Log, now_ms
+
+log = logging.getLogger(__name__)
+
+RETENTION_CHECK_INTERVAL_MS = 300_000  # log.retention.check.interval.ms
+CHECKPOINT_INTERVAL_MS = 60_000  # log.flush.offset.checkpoint.interval.ms
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[str],
+        config: LogConfig | None = None,
+        *,
+        broker_id: int = 0,
+        cluster_id: str | None = None,
+        topic_config=None,
+        retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
+        checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
+    ):
+        if not log_dirs:
+            raise StorageError("log.dirs is empty")
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.config = config or LogConfig()
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self._topic_config = topic_config or (lambda topic: {})
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], str] = {}
+        self._locks: list[int] = []
+        self._last_retention_ms = self._last_checkpoint_ms = now_ms()
+        self.had_clean_shutdown = True
+
+    # --- start and stop ------------------------------------------------------------
+    def open(self) -> "LogManager":
+        for log_dir in self.log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+            self._lock(log_dir)
+            self._check_meta_properties(log_dir)
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+        return self
+
+    def _lock(self, log_dir: str) -> None:
+        fd = os.open(os.path.join(log_dir, filenames.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            self._unlock()
+            raise LogDirInUseError(f"{log_dir} is in use by another broker (its .lock is held)") from None
+        self._locks.append(fd)
+
+    def _unlock(self) -> None:
+        for fd in self._locks:
+            os.close(fd)  # closing the descriptor releases the flock
+        self._locks.clear()
+
+    def _check_meta_properties(self, log_dir: str) -> None:
+        path = os.path.join(log_dir, filenames.META_PROPERTIES)
+        if not os.path.exists(path):
+            if self.cluster_id is None:
+                self.cluster_id = checkpoints.kafka_uuid_string(checkpoints.new_kafka_uuid())
+            props = {"version": "0", "broker.id": str(self.broker_id), "cluster.id": self.cluster_id}
+            checkpoints.write_properties(path, props, comment="written by hpbroker")
+            return
+        props = checkpoints.read_properties(path)
+        found_id = props.get("broker.id", props.get("node.id"))
+        if found_id is not None and int(found_id) != self.broker_id:
+            raise StorageError(
+                f"{path} says broker.id={found_id} but this broker is {self.broker_id}: "
+                "the directory belongs to another broker"
+            )
+        found_cluster = props.get("cluster.id")
+        if self.cluster_id is not None and found_cluster and found_cluster != self.cluster_id:
+            raise StorageError(f"{path} belongs to cluster {found_cluster}, not {self.cluster_id}")
+        self.cluster_id = found_cluster or self.cluster_id
+
+    def _load_dir(self, log_dir: str) -> None:
+        marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        self.had_clean_shutdown &= clean
+        recovery_points = _read_checkpoint(os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT))
+        start_offsets = _read_checkpoint(os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT))
+        for name in sorted(os.listdir(log_dir)):
+            path = os.path.join(log_dir, name)
+            if name.endswith(filenames.DELETE_DIR_SUFFIX) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)  # a DeleteTopics that a crash interrupted
+                continue
+            parsed = filenames.parse_partition_dir(name)
+            if parsed is None or not os.path.isdir(path):
+                continue
+            if parsed in self._logs:
+                raise StorageError(f"partition {name} is in two log dirs: {self._dir_of[parsed]} and {log_dir}")
+            self._logs[parsed] = Log.open(
+                path,
+                *parsed,
+                self._config_for(parsed[0]),
+                recovery_point=recovery_points.get(parsed, 0),
+                log_start_offset=start_offsets.get(parsed, 0),
+                clean_shutdown=clean,
+            )
+            self._dir_of[parsed] = log_dir
+        if clean:
+            os.unlink(marker)  # from now on a crash must look unclean
+
+    def close(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        for partition_log in self._logs.values():
+            partition_log.close()
+        self.write_checkpoints()
+        for log_dir in self.log_dirs:
+            checkpoints.write_clean_shutdown(os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE))
+        self._logs.clear()
+        self._unlock()
+
+    # --- partitions ----------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    def get_or_create_log(self, topic: str, partition: int, *, topic_id: uuid.UUID | None = None) -> Log:
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
+        path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
+        created = Log.open(path, topic, partition, self._config_for(topic), topic_id=topic_id or checkpoints.new_kafka_uuid())
+        self._logs[key], self._dir_of[key] = created, log_dir
+        return created
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        doomed = self._logs.pop((topic, partition), None)
+        if doomed is None:
+            return False
+        self._dir_of.pop((topic, partition))
+        doomed.delete()
+        return True
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self.config.with_overrides(self._topic_config(topic))
+
+    # --- periodic work ---------------------------------------------------------------
+    def tick(self, now: int | None = None) -> None:
+        """Flush policies and delayed deletes every call; retention and the
+        checkpoints at their own intervals."""
+        now = now_ms() if now is None else now
+        for partition_log in self._logs.values():
+            partition_log.tick(now)
+        if now - self._last_retention_ms >= self.retention_check_interval_ms:
+            self._last_retention_ms = now
+            self.apply_retention(now)
+        if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
+            self._last_checkpoint_ms = now
+            self.write_checkpoints()
+
+    def apply_retention(self, now: int | None = None) -> int:
+        return sum(partition_log.delete_old_segments(now) for partition_log in self._logs.values())
+
+    def write_checkpoints(self) -> None:
+        """The recovery points (flushed offsets) and log start offsets of every
+        partition, one pair of files per log dir."""
+        for log_dir in self.log_dirs:
+            mine = {k: v for k, v in self._logs.items() if self._dir_of[k] == log_dir}
+            checkpoints.write_offset_checkpoint(
+                os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT),
+                {k: v.flushed_offset for k, v in mine.items()},
+            )
+            checkpoints.write_offset_checkpoint(
+                os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT),
+                # Kafka lists only logs whose start is above their first segment's base.
+                {k: v.log_start_offset for k, v in mine.items() if v.log_start_offset > v.segments[0].base_offset},
+            )
+
+
+def _read_checkpoint(path: str) -> dict:
+    try:
+        return checkpoints.read_offset_checkpoint(path)
+    except checkpoints.CheckpointError as exc:
+        log.warning("ignoring a malformed checkpoint (every partition will be recovered): %s", exc)
+        return {}

@@ -1,0 +1,420 @@
+"""One log segment: a ``.log`` file of record batches and its two sparse indexes.
+
+The ``.log`` file holds whole record batches back to back (layout in
+``hpbroker.kernels.layout``); nothing frames them but their own length fields.
+The segment is named after its base offset: every batch in it has offsets at or
+above it and below the next segment's base.
+
+Appending is two steps, so one request's batches cost one ``writev``:
+``stage()`` queues bytes and their index entries in memory, ``write()`` hands
+them to the kernel (page cache) and only then publishes the new size and index
+entries.  A failed write (a full disk) truncates the file back and restores the
+state of the last good write, so nothing half-written is ever visible.
+
+Reads go through a read-only ``mmap`` of the written bytes and the batch-scan
+kernel, which finds batch boundaries without copying.  ``recover()`` rebuilds
+everything that is derived (indexes, next offset, largest timestamp) from the
+``.log`` alone and cuts it after the last valid batch.
+"""
+
+import mmap
+import os
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from hpbroker.kernels import scan_batches
+from hpbroker.kernels.batch_scan import (
+    STOP_BAD_CRC,
+    STOP_BAD_LENGTH,
+    STOP_BAD_MAGIC,
+    STOP_END,
+    STOP_LIMIT,
+    STOP_TORN,
+)
+from hpbroker.kernels.index_plan import plan_index_entries
+from hpbroker.storage import filenames
+from hpbroker.storage.index_file import IndexCorruptError
+from hpbroker.storage.offset_index import OffsetIndex
+from hpbroker.storage.time_index import TimeIndex
+
+_EMPTY = np.zeros(0, np.uint8)
+_IOV_MAX = 1024
+
+
+class BatchLocation(NamedTuple):
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass
+class RecoveryResult:
+    batches: int
+    valid_bytes: int
+    truncated_bytes: int
+    reason: str  # why the valid prefix ended: "end", or what was wrong after it
+
+
+@dataclass
+class _TailState:
+    """What the next append needs to know; restored wholesale after a failed write."""
+
+    size: int = 0
+    next_offset: int = 0
+    max_timestamp: int = -1
+    offset_of_max_timestamp: int = -1
+    bytes_since_index_entry: int = 0
+    first_batch_timestamp: int = -1  # Kafka's "rolling based timestamp"
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int, created_ms: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.log_path = filenames.segment_file(directory, base_offset, filenames.LOG_SUFFIX)
+        index_path = filenames.segment_file(directory, base_offset, filenames.INDEX_SUFFIX)
+        time_index_path = filenames.segment_file(directory, base_offset, filenames.TIME_INDEX_SUFFIX)
+        self.indexes_were_missing = not (os.path.exists(index_path) and os.path.exists(time_index_path))
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
+        self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
+        self._state = _TailState(size=os.fstat(self.fd).st_size, next_offset=base_offset)
+        self._staged = _TailState(**vars(self._state))
+        self._pending: list = []
+        self._pending_offset_entries: list[tuple[int, int]] = []
+        self._pending_time_entries: list[tuple[int, int]] = []
+        self._map = None
+        self._view = _EMPTY
+
+    # --- state -------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes written to the file (readable by anyone)."""
+        return self._state.size
+
+    @property
+    def staged_size(self) -> int:
+        """Bytes including those staged but not yet written."""
+        return self._staged.size
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last written batch."""
+        return self._state.next_offset
+
+    @property
+    def staged_next_offset(self) -> int:
+        return self._staged.next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._state.max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._state.offset_of_max_timestamp
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        return self._staged.first_batch_timestamp
+
+    def is_empty(self) -> bool:
+        return self._staged.size == 0
+
+    def indexes_full(self, extra_entries: int = 1) -> bool:
+        pending = len(self._pending_offset_entries) + extra_entries
+        return (
+            len(self.offset_index) + pending > self.offset_index.max_entries
+            or len(self.time_index) + pending > self.time_index.max_entries
+        )
+
+    # --- appending ---------------------------------------------------------
+    def stage(self, data, positions, sizes, last_offsets, max_timestamps) -> None:
+        """Queue ``data`` (whole batches with offsets assigned) for the next ``write()``.
+
+        ``positions`` are relative to ``data``; the other arrays are the batches'
+        scan columns.  Nothing is visible to readers until ``write()``.
+        """
+        if len(positions) == 0:
+            return
+        start = self._staged.size
+        self._plan_entries(np.asarray(positions, np.int64) + start, sizes, last_offsets, max_timestamps)
+        self._pending.append(memoryview(data))
+        self._staged.size = start + len(data)
+
+    def _plan_entries(self, positions, sizes, last_offsets, max_timestamps) -> None:
+        """Advance the staged tail state over these batches, queueing their index entries."""
+        s = self._staged
+        if len(positions) == 0:
+            return
+        if s.next_offset == self.base_offset and s.first_batch_timestamp < 0:
+            s.first_batch_timestamp = int(max_timestamps[0])
+        last_time = self._pending_time_entries[-1][0] if self._pending_time_entries else self.time_index.max_timestamp()
+        plan = plan_index_entries(
+            positions,
+            sizes,
+            last_offsets,
+            max_timestamps,
+            self.index_interval_bytes,
+            bytes_since_last_entry=s.bytes_since_index_entry,
+            max_timestamp=s.max_timestamp,
+            offset_of_max_timestamp=s.offset_of_max_timestamp,
+            last_time_entry=last_time,
+        )
+        self._pending_offset_entries.extend(zip(plan.offset_keys.tolist(), plan.offset_positions.tolist()))
+        self._pending_time_entries.extend(zip(plan.time_stamps.tolist(), plan.time_offsets.tolist()))
+        s.next_offset = int(last_offsets[-1]) + 1
+        s.max_timestamp = plan.max_timestamp
+        s.offset_of_max_timestamp = plan.offset_of_max_timestamp
+        s.bytes_since_index_entry = plan.bytes_since_last_entry
+
+    def write(self) -> None:
+        """Write what is staged to the file, then publish it.  On an OSError the
+        file is cut back to its last good size and the error re-raised."""
+        if not self._pending:
+            return
+        try:
+            _write_all(self.fd, self._pending)
+            self._publish_entries()
+        except OSError:
+            self._discard_staged()
+            raise
+        self._pending.clear()
+
+    def _publish_entries(self) -> None:
+        for offset, position in self._pending_offset_entries:
+            self.offset_index.append(offset, position)
+        for timestamp, offset in self._pending_time_entries:
+            self.time_index.maybe_append(timestamp, offset)
+        self._clear_pending()
+        self._state = _TailState(**vars(self._staged))
+
+    def _discard_staged(self) -> None:
+        os.ftruncate(self.fd, self._state.size)
+        self.offset_index.truncate_to(self._state.next_offset)
+        self.time_index.truncate_to(self._state.next_offset)
+        self._clear_pending()
+        self._staged = _TailState(**vars(self._state))
+
+    def _clear_pending(self) -> None:
+        self._pending.clear()
+        self._pending_offset_entries.clear()
+        self._pending_time_entries.clear()
+
+    def on_roll(self) -> None:
+        """This segment stops being the active one: record its largest timestamp
+        in the time index, as Kafka does, so retention can find it after a restart."""
+        if self._state.max_timestamp >= 0:
+            self.time_index.maybe_append(self._state.max_timestamp, self._state.offset_of_max_timestamp)
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # --- reading -----------------------------------------------------------
+    def view(self) -> np.ndarray:
+        """uint8 view of the written bytes (a read-only mmap, remapped as it grows)."""
+        size = self._state.size
+        if len(self._view) != size:
+            if size == 0:
+                self._map, self._view = None, _EMPTY
+            elif self._map is None or len(self._map) < size:
+                self._map = mmap.mmap(self.fd, size, access=mmap.ACCESS_READ)
+                self._view = np.frombuffer(self._map, dtype=np.uint8)
+            else:
+                self._view = np.frombuffer(self._map, dtype=np.uint8, count=size)
+        return self._view
+
+    def find_batch(self, offset: int) -> BatchLocation | None:
+        """The first written batch whose last offset is >= ``offset``, or None."""
+        if offset >= self._state.next_offset:
+            return None
+        view = self.view()
+        keys = self.offset_index.keys()
+        i = self.offset_index.floor(offset - self.base_offset)
+        start = int(self.offset_index.values()[i]) if i >= 0 else 0
+        # The next index entry's batch ends at or after ``offset``: scan up to it.
+        end = int(self.offset_index.values()[i + 1]) if i + 1 < len(keys) else self._state.size
+        scan = scan_batches(view, start, end, verify_crc=False)
+        j = int(np.searchsorted(scan.last_offset, offset, side="left"))
+        if j < len(scan.position):
+            return _location(scan, j)
+        if end < self._state.size:
+            scan = scan_batches(view, end, self._state.size, verify_crc=False, max_batches=1)
+            if len(scan.position):
+                return _location(scan, 0)
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True) -> tuple[int, int] | None:
+        """``(position, length)`` of whole batches from the one holding ``offset``:
+        at most ``max_bytes`` unless ``min_one`` and the first batch alone is larger,
+        and none starting at or above ``max_offset``.  None when there is nothing."""
+        first = self.find_batch(offset)
+        if first is None or (max_offset is not None and first.base_offset >= max_offset):
+            return None
+        end = min(self._state.size, first.position + max(max_bytes, 0))
+        scan = scan_batches(self.view(), first.position, end, verify_crc=False)
+        count = len(scan.position)
+        if max_offset is not None:
+            count = int(np.searchsorted(scan.base_offset, max_offset, side="left"))
+        if count:
+            last = count - 1
+            return first.position, int(scan.position[last] + scan.size[last]) - first.position
+        return (first.position, first.size) if min_one else None
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return self.view()[position : position + length].tobytes()
+
+    def find_batch_by_timestamp(self, timestamp: int, start_offset: int) -> BatchLocation | None:
+        """The first batch at or after ``start_offset`` whose max timestamp is
+        >= ``timestamp``, or None.  The time index bounds the scan on both sides:
+        the entry below ``timestamp`` is where to start, the one after it
+        (which reached a larger timestamp) where the answer must be found."""
+        i = self.time_index.floor(timestamp)
+        from_offset = self.base_offset + int(self.time_index.values()[i]) if i >= 0 else self.base_offset
+        first = self.find_batch(max(from_offset, start_offset))
+        if first is None:
+            return None
+        end = self._state.size
+        if i + 1 < len(self.time_index):
+            bound = self.find_batch(self.base_offset + int(self.time_index.values()[i + 1]))
+            if bound is not None:
+                end = max(bound.position + bound.size, first.position + first.size)
+        scan = scan_batches(self.view(), first.position, end, verify_crc=False)
+        hits = np.flatnonzero(scan.max_timestamp >= timestamp)
+        return _location(scan, int(hits[0])) if len(hits) else None
+
+    # --- loading and recovery ----------------------------------------------
+    def load(self) -> None:
+        """Adopt a segment trusted to be whole (below the recovery point):
+        derive the tail state from the indexes and the bytes after the last
+        entry.  Raises IndexCorruptError when the indexes do not fit the log."""
+        size = self._state.size
+        if self.indexes_were_missing and size:
+            raise IndexCorruptError(f"{self.log_path}: index files are missing")
+        self.offset_index.sanity_check(size)
+        last_entry = self.offset_index.last_entry()
+        start = last_entry[1] if last_entry else 0
+        scan = scan_batches(self.view(), start, size, verify_crc=False)
+        if scan.valid_end != size:
+            raise IndexCorruptError(f"{self.log_path}: batches do not end at the end of the file")
+        state = _TailState(size=size, next_offset=self.base_offset)
+        if len(scan.position):
+            state.next_offset = int(scan.last_offset[-1]) + 1
+            first = scan_batches(self.view(), 0, size, verify_crc=False, max_batches=1)
+            state.first_batch_timestamp = int(first.max_timestamp[0])
+        state.bytes_since_index_entry = size - start
+        self.time_index.sanity_check(state.next_offset - 1)
+        ts, ts_offset = self.time_index.last_entry() or (-1, -1)
+        state.max_timestamp, state.offset_of_max_timestamp = ts, self.base_offset + ts_offset if ts >= 0 else -1
+        if len(scan.position):
+            i = int(np.argmax(scan.max_timestamp))
+            if scan.max_timestamp[i] > state.max_timestamp:
+                state.max_timestamp, state.offset_of_max_timestamp = int(scan.max_timestamp[i]), int(scan.last_offset[i])
+        self._set_state(state)
+
+    def recover(self, max_offset: int | None = None) -> RecoveryResult:
+        """Validate every batch (CRC, length, offsets inside this segment and
+        increasing), cut the file after the last valid one (and before any batch
+        reaching ``max_offset``), and rebuild both indexes from what is left."""
+        size = os.fstat(self.fd).st_size
+        self._state.size = size
+        self._clear_pending()
+        scan = scan_batches(self.view(), 0, size)
+        count, reason = len(scan.position), _STOP_REASONS.get(scan.stop, "invalid batch")
+        order_ok = scan.base_offset >= self.base_offset
+        order_ok[1:] &= scan.base_offset[1:] > scan.last_offset[:-1]
+        order_ok &= scan.last_offset >= scan.base_offset
+        if not order_ok.all():
+            count, reason = int(np.argmin(order_ok)), "offsets out of order"
+        if max_offset is not None:
+            below = int(np.searchsorted(scan.last_offset[:count], max_offset, side="left"))
+            if below < count:
+                count, reason = below, f"truncated to offset {max_offset}"
+        valid = int(scan.position[count - 1] + scan.size[count - 1]) if count else 0
+        if valid < size:
+            self._map, self._view = None, _EMPTY
+            os.ftruncate(self.fd, valid)
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._set_state(_TailState(next_offset=self.base_offset))
+        head = slice(0, count)
+        self._plan_entries(scan.position[head], scan.size[head], scan.last_offset[head], scan.max_timestamp[head])
+        self._staged.size = valid
+        self._publish_entries()
+        return RecoveryResult(count, valid, size - valid, "end" if valid == size else reason)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; returns bytes removed."""
+        before = self._state.size
+        self.recover(max_offset=offset)
+        return before - self._state.size
+
+    def _set_state(self, state: _TailState) -> None:
+        self._state = state
+        self._staged = _TailState(**vars(state))
+
+    # --- lifecycle ---------------------------------------------------------
+    def paths(self) -> list[str]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def close(self) -> None:
+        self._map, self._view = None, _EMPTY
+        self.offset_index.close()
+        self.time_index.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def mark_deleted(self) -> None:
+        """Rename the files to ``*.deleted``; open descriptors keep working for
+        readers still holding this segment until ``close_and_unlink``."""
+        self.log_path = _rename(self.log_path)
+        self.offset_index.rename(self.offset_index.path + filenames.DELETED_SUFFIX)
+        self.time_index.rename(self.time_index.path + filenames.DELETED_SUFFIX)
+
+    def close_and_unlink(self) -> None:
+        self.close()
+        for path in self.paths():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+_STOP_REASONS = {
+    STOP_END: "end",
+    STOP_LIMIT: "end",
+    STOP_TORN: "torn write (incomplete batch at the end)",
+    STOP_BAD_LENGTH: "impossible batch length",
+    STOP_BAD_MAGIC: "unknown magic byte",
+    STOP_BAD_CRC: "CRC mismatch",
+}
+
+
+def _location(scan, i: int) -> BatchLocation:
+    return BatchLocation(int(scan.position[i]), int(scan.size[i]), int(scan.base_offset[i]), int(scan.last_offset[i]))
+
+
+def _rename(path: str) -> str:
+    new_path = path + filenames.DELETED_SUFFIX
+    os.rename(path, new_path)
+    return new_path
+
+
+def _write_all(fd: int, buffers: list) -> None:
+    """writev until every byte is out (a write may be partial)."""
+    pending = [b for b in buffers if len(b)]
+    while pending:
+        written = os.writev(fd, pending[:_IOV_MAX])
+        while pending and written >= len(pending[0]):
+            written -= len(pending[0])
+            pending.pop(0)
+        if written:
+            pending[0] = pending[0][written:]

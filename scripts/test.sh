@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what the tests need into .venv and runs them.  Extra arguments go to pytest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/ensure-venv.sh" test
+cd "$ROOT"
+exec "$VENV/bin/python" -m pytest -q "$@"

@@ -1,0 +1,261 @@
+"""The partition log: append, roll, read, timestamps, retention, flush policy."""
+
+import contextlib
+import os
+import resource
+import signal
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from hpbroker.kernels import layout
+from hpbroker.records import CorruptRecordError, decode_batch
+from hpbroker.storage import (
+    CorruptBatchError,
+    InvalidRecordError,
+    KafkaStorageError,
+    Log,
+    LogConfig,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    UnsupportedFormatError,
+)
+from hpbroker.storage import filenames
+from tests.log_helpers import batches_in, make_batch, read_all
+
+T0 = 1_700_000_000_000
+
+
+def open_log(tmp_path, **config):
+    return Log.open(str(tmp_path / "events-0"), "events", 0, LogConfig(**config))
+
+
+def test_offsets_are_assigned_contiguously_and_base_offsets_rewritten(tmp_path):
+    log = open_log(tmp_path)
+    infos = [log.append(make_batch(n, tag=f"b{n}")) for n in (1, 5, 3)]
+    assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 0), (1, 5), (6, 8)]
+    assert log.log_end_offset == log.written_offset == 9
+    records = read_all(log)
+    assert [r.offset for r in records] == list(range(9))
+    assert records[1].key == b"b50" and records[8].key == b"b32"
+
+
+def test_several_batches_in_one_append(tmp_path):
+    log = open_log(tmp_path)
+    info = log.append(make_batch(2) + make_batch(3, codec=layout.CODEC_ZSTD))
+    assert (info.first_offset, info.last_offset, info.batches, info.records) == (0, 4, 2, 5)
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3, 4]
+
+
+def test_leader_epoch_is_stamped_and_crc_still_valid(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(2), leader_epoch=7)
+    data = log.read_records(0)
+    assert struct.unpack_from(">i", data, layout.PARTITION_LEADER_EPOCH)[0] == 7
+    decode_batch(data)  # verifies the CRC
+    assert log.leader_epochs == [(7, 0)]
+
+
+def test_log_append_time_rewrites_max_timestamp_and_crc(tmp_path):
+    log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
+    info = log.append(make_batch(3, timestamp=5), timestamp_ms=T0)
+    assert info.log_append_time == T0
+    batch = decode_batch(log.read_records(0))
+    assert batch.header.max_timestamp == T0 and batch.header.timestamp_type == 1
+    assert all(r.timestamp == T0 for r in batch.records)
+
+
+def test_bad_input_is_rejected_and_nothing_is_appended(tmp_path):
+    log = open_log(tmp_path, max_message_bytes=2000)
+    log.append(make_batch(1))
+    good = bytearray(make_batch(2))
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptBatchError):
+        log.append(bytes(good) + bytes(corrupt))
+    with pytest.raises(CorruptBatchError):
+        log.append(bytes(good[:-3]))
+    with pytest.raises(RecordTooLargeError):
+        log.append(make_batch(5, value_size=1000))
+    legacy = bytearray(good)
+    legacy[layout.MAGIC] = 1
+    with pytest.raises((CorruptBatchError, UnsupportedFormatError)):
+        log.append(bytes(legacy))
+    lying = bytearray(good)
+    struct.pack_into(">i", lying, layout.RECORD_COUNT, 9)  # inside the CRC, so re-sign it
+    struct.pack_into(">I", lying, layout.CRC, crc32c(bytes(lying[layout.CRC_START :])))
+    with pytest.raises(InvalidRecordError):
+        log.append(bytes(lying))
+    assert log.log_end_offset == 1 and os.path.getsize(log.active_segment.log_path) == len(make_batch(1))
+
+
+def test_roll_by_size_names_segments_by_base_offset(tmp_path):
+    batch = make_batch(10)
+    log = open_log(tmp_path, segment_bytes=len(batch) * 3)
+    for _ in range(7):
+        log.append(batch)
+    assert [s.base_offset for s in log.segments] == [0, 30, 60]
+    names = sorted(n for n in os.listdir(log.directory) if n.endswith(".log"))
+    assert names == [f"{b:020d}.log" for b in (0, 30, 60)]
+    assert [r.offset for r in read_all(log)] == list(range(70))
+
+
+def test_roll_by_time_uses_the_first_batch_timestamp(tmp_path):
+    log = open_log(tmp_path, segment_ms=1000)
+    log.append(make_batch(1, timestamp=T0))
+    log.append(make_batch(1, timestamp=T0 + 1000))
+    assert len(log.segments) == 1
+    log.append(make_batch(1, timestamp=T0 + 1001))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_read_returns_whole_batches_within_max_bytes_but_at_least_one(tmp_path):
+    log = open_log(tmp_path)
+    sizes = []
+    for n in range(1, 8):
+        sizes.append(len(make_batch(n)))
+        log.append(make_batch(n))
+    # max_bytes that ends in the middle of the third batch: two whole batches.
+    found = log.read(0, sizes[0] + sizes[1] + 5)
+    assert found.size == sizes[0] + sizes[1]
+    assert [b.header.base_offset for b in batches_in(found.tobytes())] == [0, 1]
+    # smaller than the first batch: that batch alone, as Kafka does
+    assert log.read(1, 1).size == sizes[1]
+    assert log.read(1, 1, min_one=False) is None
+    # an offset inside a batch returns the batch that holds it
+    assert batches_in(log.read(4, 1).tobytes())[0].header.base_offset == 3
+    # max_offset keeps batches that start at or above it out
+    found = log.read(0, 1 << 20, max_offset=3)
+    assert [b.header.base_offset for b in batches_in(found.tobytes())] == [0, 1]
+
+
+def test_read_out_of_range_and_at_the_end(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(3))
+    assert log.read(3, 100) is None
+    with pytest.raises(OffsetOutOfRangeError) as err:
+        log.read(4, 100)
+    assert err.value.error_code == 1
+    log.delete_records_before(2)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(1, 100)
+    assert [r.offset for r in read_all(log)] == [2]
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400, index_interval_bytes=50)
+    for i in range(20):
+        log.append(make_batch(3, timestamp=T0 + 100 * i, step_ms=10))
+    assert len(log.segments) > 3
+    assert log.offset_for_timestamp(T0) == (0, T0)
+    assert log.offset_for_timestamp(T0 + 15) == (2, T0 + 20)
+    assert log.offset_for_timestamp(T0 + 100 * 7 + 11) == (23, T0 + 720)
+    assert log.offset_for_timestamp(T0 + 100 * 19 + 20) == (59, T0 + 1920)
+    assert log.offset_for_timestamp(T0 + 100 * 19 + 21) is None
+    assert log.offset_of_max_timestamp() == (59, T0 + 1920)
+
+
+def test_time_index_keeps_the_largest_timestamp_of_a_rolled_segment(tmp_path):
+    log = open_log(tmp_path, segment_bytes=300)
+    for i in range(6):
+        log.append(make_batch(2, timestamp=T0 + i))
+    first = log.segments[0]
+    assert first.time_index.max_timestamp() == first.max_timestamp
+
+
+def test_retention_by_time_and_size_never_deletes_the_active_segment(tmp_path):
+    batch_size = len(make_batch(2))
+    log = open_log(tmp_path, segment_bytes=batch_size * 2, retention_ms=1000, file_delete_delay_ms=0)
+    for i in range(6):
+        log.append(make_batch(2, timestamp=T0 + i * 1000))
+    assert len(log.segments) == 3
+    assert log.delete_old_segments(now=T0 + 3500) == 1  # segment 0 ends at T0+1001
+    assert log.log_start_offset == 4
+    assert log.delete_old_segments(now=T0 + 10**9) == 1  # everything old, but the active one stays
+    assert [s.base_offset for s in log.segments] == [8]
+    log.tick()
+    assert not [n for n in os.listdir(log.directory) if n.endswith(filenames.DELETED_SUFFIX)]
+
+    sized = open_log(tmp_path / "sized", segment_bytes=batch_size * 2, retention_bytes=batch_size * 3, retention_ms=-1)
+    for i in range(8):
+        sized.append(make_batch(2, timestamp=T0))
+    assert sized.delete_old_segments(now=T0) == 2
+    assert sized.size_in_bytes() <= batch_size * 4 and sized.log_start_offset == 8
+
+
+def test_flush_policy_by_messages_and_by_time(tmp_path):
+    log = open_log(tmp_path, flush_messages=5)
+    log.append(make_batch(3))
+    assert log.flushed_offset == 0
+    log.append(make_batch(3))
+    assert log.flushed_offset == 6
+    timed = open_log(tmp_path / "t", flush_ms=1000)
+    timed.append(make_batch(2))
+    timed.tick(now=timed._last_flush_ms + 999)
+    assert timed.flushed_offset == 0
+    timed.tick(now=timed._last_flush_ms + 1000)
+    assert timed.flushed_offset == 2
+
+
+def test_a_roll_asks_the_next_tick_to_flush_the_old_segment(tmp_path):
+    log = open_log(tmp_path, segment_bytes=len(make_batch(2)))
+    log.append(make_batch(2))
+    log.append(make_batch(2))
+    assert len(log.segments) == 2 and log.flushed_offset == 0
+    log.tick()
+    assert log.flushed_offset == 2
+
+
+def test_staged_appends_are_invisible_until_written(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(2))
+    log.append(make_batch(2), write=False)
+    assert (log.written_offset, log.log_end_offset) == (2, 4)
+    assert log.read(2, 100) is None
+    log.write()
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3]
+
+
+def test_reopen_after_close_keeps_everything(tmp_path):
+    log = open_log(tmp_path, segment_bytes=500, index_interval_bytes=64)
+    for i in range(30):
+        log.append(make_batch(2, timestamp=T0 + i))
+    before = read_all(log)
+    index_bytes = open(log.segments[0].offset_index.path, "rb").read()
+    log.close()
+    again = Log.open(log.directory, "events", 0, log.config, recovery_point=60, clean_shutdown=True)
+    assert again.log_end_offset == 60 and read_all(again) == before
+    assert open(again.segments[0].offset_index.path, "rb").read() == index_bytes
+    info = again.append(make_batch(1))
+    assert info.first_offset == 60
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """Make the kernel refuse writes past ``limit`` bytes (EFBIG), as a full disk refuses them."""
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    old = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, old_handler)
+
+
+def test_a_failed_write_rolls_back_and_loses_nothing(tmp_path):
+    log = open_log(tmp_path)
+    log.append(make_batch(3))
+    size = log.active_segment.size
+    with file_size_limit(size + 10):  # room for 10 bytes of the next batch only
+        with pytest.raises(KafkaStorageError) as err:
+            log.append(make_batch(2))
+    assert err.value.error_code == 56
+    assert log.log_end_offset == 3 and os.path.getsize(log.active_segment.log_path) == size
+    assert log.append(make_batch(1)).first_offset == 3
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3]
+
+
+def test_corrupt_record_error_is_a_value_error():
+    assert issubclass(CorruptRecordError, ValueError)
