@@ -1,14 +1,25 @@
 # Sourced by the other scripts: create .venv in the repo root and install the
-# project into it (with the given extras) when it is missing or out of date.
+# project into it (with the extras named in $1) when it is missing or
+# pyproject.toml changed since the last install.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 EXTRAS="${1:-}"
 STAMP="$VENV/.hpbroker-installed${EXTRAS:+-$EXTRAS}"
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
+    if ! python3 -m venv "$VENV" 2>/dev/null; then
+        # Debian ships venv separately from python3.
+        rm -rf "$VENV"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+        python3 -m venv "$VENV"
+    fi
 fi
-# Reinstall only when pyproject.toml changed since the last install.
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"

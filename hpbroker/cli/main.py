@@ -3,11 +3,15 @@
 import argparse
 import sys
 
+from hpbroker.cli import dump_log, serve
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="hpbroker", description=__doc__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    for module in (serve, dump_log):
+        module.add_parser(sub)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -22,11 +22,13 @@ class IndexCorruptError(ValueError):
 class IndexFile:
     DTYPE: np.dtype  # set by subclasses
 
-    def __init__(self, path: str, base_offset: int, max_index_bytes: int):
+    def __init__(self, path: str, base_offset: int, max_index_bytes: int, *, read_only: bool = False):
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // self.DTYPE.itemsize)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.read_only = read_only
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT | os.O_APPEND
+        self._fd = os.open(path, flags, 0o644)
         self._keys = None  # int64 arrays with spare capacity; None until loaded
         self._values = None
         self._count = 0
@@ -40,7 +42,7 @@ class IndexFile:
         keys = raw["key"].astype(np.int64)
         values = raw["value"].astype(np.int64)
         count = self._valid_prefix(keys, values)
-        if count * self.DTYPE.itemsize != size:
+        if count * self.DTYPE.itemsize != size and not self.read_only:
             os.ftruncate(self._fd, count * self.DTYPE.itemsize)
         capacity = max(16, count * 2)
         self._keys = np.zeros(capacity, np.int64)

@@ -1,0 +1,128 @@
+"""Log append and read against the raw file system, measured in the same run.
+
+    .venv/bin/python -m pytest bench/test_bench_storage.py --benchmark-only
+
+Each round writes (or reads) ``TOTAL`` bytes; ``extra_info`` carries GB/s, and
+the ``ratio`` tests print log/raw for the pair measured one after the other.
+"""
+
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from hpbroker.records import Record, encode_batch
+from hpbroker.storage import Log, LogConfig
+
+BATCH_RECORDS = 1024
+RECORD_BYTES = 1000
+TOTAL_BATCHES = 256  # 256 x ~1 MiB per round
+
+
+@pytest.fixture(scope="module")
+def one_mib_batch() -> bytes:
+    value = os.urandom(RECORD_BYTES)
+    records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=None, value=value) for i in range(BATCH_RECORDS)]
+    return encode_batch(records)
+
+
+@pytest.fixture
+def workdir():
+    path = tempfile.mkdtemp(prefix="hpbroker-bench-", dir=os.environ.get("BENCH_DIR"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _append_log(workdir, batch) -> float:
+    directory = os.path.join(workdir, f"bench-{time.monotonic_ns()}")
+    log = Log.open(directory, "bench", 0, LogConfig())
+    start = time.perf_counter()
+    for _ in range(TOTAL_BATCHES):
+        log.append(batch)
+    elapsed = time.perf_counter() - start
+    log.close()
+    shutil.rmtree(directory)
+    return elapsed
+
+
+def _append_raw(workdir, batch) -> float:
+    path = os.path.join(workdir, f"raw-{time.monotonic_ns()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    start = time.perf_counter()
+    for _ in range(TOTAL_BATCHES):
+        os.write(fd, batch)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    os.unlink(path)
+    return elapsed
+
+
+def _gbps(batch, seconds) -> float:
+    return len(batch) * TOTAL_BATCHES / seconds / 1e9
+
+
+def test_log_append_1mib_batches(benchmark, workdir, one_mib_batch):
+    benchmark.pedantic(lambda: _append_log(workdir, one_mib_batch), rounds=5, iterations=1)
+    benchmark.extra_info["GB/s"] = round(_gbps(one_mib_batch, benchmark.stats.stats.median), 3)
+
+
+def test_raw_os_write_1mib(benchmark, workdir, one_mib_batch):
+    benchmark.pedantic(lambda: _append_raw(workdir, one_mib_batch), rounds=5, iterations=1)
+    benchmark.extra_info["GB/s"] = round(_gbps(one_mib_batch, benchmark.stats.stats.median), 3)
+
+
+def test_append_ratio_log_over_raw(benchmark, workdir, one_mib_batch):
+    """Interleaved pairs, so both sides see the same machine noise; the median
+    of the throughput ratios log / raw goes into extra_info."""
+    ratios = []
+
+    def pair():
+        raw = _append_raw(workdir, one_mib_batch)
+        ratios.append(raw / _append_log(workdir, one_mib_batch))
+
+    benchmark.pedantic(pair, rounds=7, iterations=1)
+    ratios.sort()
+    benchmark.extra_info["log/raw throughput (median)"] = round(ratios[len(ratios) // 2], 3)
+    benchmark.extra_info["all ratios"] = [round(r, 3) for r in ratios]
+
+
+@pytest.fixture(scope="module")
+def filled_log(one_mib_batch):
+    directory = tempfile.mkdtemp(prefix="hpbroker-bench-read-", dir=os.environ.get("BENCH_DIR"))
+    log = Log.open(os.path.join(directory, "bench-0"), "bench", 0, LogConfig(segment_bytes=64 << 20))
+    for _ in range(TOTAL_BATCHES):
+        log.append(one_mib_batch)
+    log.flush()
+    yield log
+    log.close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _read_log(log) -> int:
+    offset, total = 0, 0
+    while offset < log.written_offset:
+        found = log.read(offset, 1 << 20)
+        total += len(found.tobytes())
+        offset = found.first_offset + BATCH_RECORDS
+    return total
+
+
+def _read_raw(log) -> int:
+    total = 0
+    for segment in log.segments:
+        with open(segment.log_path, "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                total += len(chunk)
+    return total
+
+
+def test_log_read_whole_log(benchmark, filled_log):
+    total = benchmark.pedantic(lambda: _read_log(filled_log), rounds=5, iterations=1)
+    benchmark.extra_info["GB/s"] = round(total / benchmark.stats.stats.median / 1e9, 3)
+
+
+def test_raw_sequential_read(benchmark, filled_log):
+    total = benchmark.pedantic(lambda: _read_raw(filled_log), rounds=5, iterations=1)
+    benchmark.extra_info["GB/s"] = round(total / benchmark.stats.stats.median / 1e9, 3)
