@@ -19,7 +19,7 @@ CODECS = st.sampled_from([layout.CODEC_NONE, layout.CODEC_GZIP, layout.CODEC_SNA
 
 
 class LogModel(RuleBasedStateMachine):
-    @initialize(segment_bytes=st.integers(300, 3000), interval=st.integers(0, 400))
+    @initialize(segment_bytes=st.integers(1000, 4000), interval=st.integers(0, 400))
     def open(self, segment_bytes, interval):
         self.tmp = tempfile.mkdtemp(prefix="hpbroker-model-")
         self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval, file_delete_delay_ms=0, retention_ms=-1)
@@ -115,6 +115,6 @@ class LogModel(RuleBasedStateMachine):
 
 
 LogModel.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_log_against_model = LogModel.TestCase

@@ -44,8 +44,7 @@ def index_files(log):
 def test_rebuilt_indexes_equal_the_ones_written_while_appending(tmp_path):
     log = fill(tmp_path, batches=60)
     assert len(log.segments) > 3
-    for segment in log.segments[:-1]:
-        segment.on_roll()
+    log.active_segment.seal_time_index()  # as a close would; rolled ones already were
     written = index_files(log)
     assert any(len(v) > 0 for k, v in written.items() if k.endswith(".index"))
     crash(log)
@@ -53,10 +52,7 @@ def test_rebuilt_indexes_equal_the_ones_written_while_appending(tmp_path):
         os.unlink(os.path.join(log.directory, name))
     again = reopen(log)
     rebuilt = index_files(again)
-    for name, data in written.items():
-        if name.startswith(f"{again.active_segment.base_offset:020d}") and name.endswith(".timeindex"):
-            continue  # the active segment's roll entry is only written at roll time
-        assert rebuilt[name] == data, name
+    assert rebuilt == written
 
 
 def test_torn_tail_is_cut_at_the_last_whole_batch(tmp_path, caplog):
@@ -81,7 +77,7 @@ def test_torn_tail_is_cut_at_the_last_whole_batch(tmp_path, caplog):
     [
         (os.urandom(3), "torn write"),
         (b"\x00" * 64, "impossible batch length"),
-        (struct.pack(">qi", 123, 10**9) + b"x" * 40, "torn write"),
+        (struct.pack(">qiib", 123, 10**9, 0, 2) + b"x" * 40, "torn write"),
         (struct.pack(">qiib", 500, 49, 0, 9) + b"\x01" * 49, "unknown magic"),
     ],
 )

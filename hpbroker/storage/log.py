@@ -292,14 +292,17 @@ class Log:
 
     def write(self) -> None:
         """Write staged batches to the file; then apply ``flush.messages``."""
+        self._write_staged()
+        if self._written_offset - self._flushed_offset >= self.config.flush_messages:
+            self.flush()
+
+    def _write_staged(self) -> None:
         try:
             self.active_segment.write()
         except OSError as exc:
             self._log_end_offset = self._written_offset
             raise KafkaStorageError(f"{self._name}: write failed, nothing appended: {exc}") from exc
         self._written_offset = self._log_end_offset
-        if self._written_offset - self._flushed_offset >= self.config.flush_messages:
-            self.flush()
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
@@ -307,7 +310,7 @@ class Log:
         if old.is_empty():
             return old
         self.write()
-        old.on_roll()
+        old.seal_time_index()
         segment = self._new_segment(self._log_end_offset, now_ms())
         self._set_segments(self._segments + (segment,))
         self._flush_requested_to = max(self._flush_requested_to, segment.base_offset)
@@ -318,7 +321,7 @@ class Log:
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [flushed, up_to) (default:
         everything written) and advance the recovery point."""
-        self.write()
+        self._write_staged()
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         if target <= self._flushed_offset:
             return
@@ -477,7 +480,10 @@ class Log:
     # --- closing -------------------------------------------------------------
     def close(self) -> None:
         """Write and fsync everything, then close every file."""
+        self._write_staged()
+        self.active_segment.seal_time_index()
         self.flush()
+        self.active_segment.flush()  # the sealing entry, even when no data was pending
         for _, segment in self._pending_deletes:
             segment.close_and_unlink()
         self._pending_deletes.clear()

@@ -17,6 +17,7 @@ everything that is derived (indexes, next offset, largest timestamp) from the
 ``.log`` alone and cuts it after the last valid batch.
 """
 
+import dataclasses
 import mmap
 import os
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class LogSegment:
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
         self._state = _TailState(size=os.fstat(self.fd).st_size, next_offset=base_offset)
-        self._staged = _TailState(**vars(self._state))
+        self._staged = dataclasses.replace(self._state)
         self._pending: list = []
         self._pending_offset_entries: list[tuple[int, int]] = []
         self._pending_time_entries: list[tuple[int, int]] = []
@@ -106,10 +107,6 @@ class LogSegment:
     def next_offset(self) -> int:
         """The offset after the last written batch."""
         return self._state.next_offset
-
-    @property
-    def staged_next_offset(self) -> int:
-        return self._staged.next_offset
 
     @property
     def max_timestamp(self) -> int:
@@ -152,7 +149,7 @@ class LogSegment:
         s = self._staged
         if len(positions) == 0:
             return
-        if s.next_offset == self.base_offset and s.first_batch_timestamp < 0:
+        if s.size == 0 and s.first_batch_timestamp < 0:
             s.first_batch_timestamp = int(max_timestamps[0])
         last_time = self._pending_time_entries[-1][0] if self._pending_time_entries else self.time_index.max_timestamp()
         plan = plan_index_entries(
@@ -192,23 +189,23 @@ class LogSegment:
         for timestamp, offset in self._pending_time_entries:
             self.time_index.maybe_append(timestamp, offset)
         self._clear_pending()
-        self._state = _TailState(**vars(self._staged))
+        self._state = dataclasses.replace(self._staged)
 
     def _discard_staged(self) -> None:
         os.ftruncate(self.fd, self._state.size)
         self.offset_index.truncate_to(self._state.next_offset)
         self.time_index.truncate_to(self._state.next_offset)
         self._clear_pending()
-        self._staged = _TailState(**vars(self._state))
+        self._staged = dataclasses.replace(self._state)
 
     def _clear_pending(self) -> None:
         self._pending.clear()
         self._pending_offset_entries.clear()
         self._pending_time_entries.clear()
 
-    def on_roll(self) -> None:
-        """This segment stops being the active one: record its largest timestamp
-        in the time index, as Kafka does, so retention can find it after a restart."""
+    def seal_time_index(self) -> None:
+        """Record the largest timestamp in the time index, as Kafka does when a
+        segment is rolled or closed, so retention finds it after a restart."""
         if self._state.max_timestamp >= 0:
             self.time_index.maybe_append(self._state.max_timestamp, self._state.offset_of_max_timestamp)
 
@@ -348,6 +345,7 @@ class LogSegment:
         self._plan_entries(scan.position[head], scan.size[head], scan.last_offset[head], scan.max_timestamp[head])
         self._staged.size = valid
         self._publish_entries()
+        self.seal_time_index()  # as Kafka's recovery does: the time index ends on the largest timestamp
         return RecoveryResult(count, valid, size - valid, "end" if valid == size else reason)
 
     def truncate_to(self, offset: int) -> int:
@@ -358,7 +356,7 @@ class LogSegment:
 
     def _set_state(self, state: _TailState) -> None:
         self._state = state
-        self._staged = _TailState(**vars(state))
+        self._staged = dataclasses.replace(state)
 
     # --- lifecycle ---------------------------------------------------------
     def paths(self) -> list[str]:
