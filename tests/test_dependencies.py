@@ -10,6 +10,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker"
 # package -> hpbroker packages it may import
 ALLOWED = {
     "kernels": set(),
+    "protocol": set(),
     "records": {"kernels"},
     "storage": {"kernels", "records"},
 }

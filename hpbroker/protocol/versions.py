@@ -1,0 +1,95 @@
+"""The API versions this broker advertises, and the ApiVersions response built from them.
+
+Clients use min(their max, our max) per API, so each range must (a) reach the
+version each target client sends, (b) hold nothing we cannot decode (kio, generated
+from Kafka 4's specs, starts where Kafka 4 starts) and (c) keep the old versions
+that librdkafka's feature detection looks for: it enables a feature only when our
+range overlaps its probe range, e.g. LZ4 needs FindCoordinator 0, idempotence
+InitProducerId 0, and (before 2.11.1) compression needs Produce 0.
+
+Targets and what they send (design.md section 2): librdkafka 2.16 (confluent-kafka),
+librdkafka 2.0.2 (Debian's kcat), kafka-python 3, aiokafka 0.14.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+from types import MappingProxyType
+
+from kio.static.primitive import i16, i32Timedelta
+
+from .errors import ErrorCode
+from .schemas import API_VERSIONS, response_type
+
+SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
+    # Produce: min 0 because librdkafka < 2.11.1 sends gzip/snappy/lz4 batches
+    # uncompressed unless our range reaches v0 (Kafka 4 advertises 0 for this);
+    # v0-v2 are decoded via legacy_produce. Max 10 = librdkafka 2.16's; kafka-python
+    # sends 9, aiokafka 7. v11+ carry transaction-v2 and topic-id semantics.
+    0: (0, 10),
+    # Fetch: 4 is Kafka 4's floor (and what kio has); 4 is also librdkafka's MsgVer2
+    # probe and 10 its zstd probe. Max 16 = librdkafka 2.16's, which means topic ids
+    # (v13+) must resolve. kafka-python sends 12, aiokafka 11.
+    1: (4, 16),
+    # ListOffsets: min 1 keeps librdkafka's OffsetTime probe (1..1); kafka-python
+    # sends 11 (v8+ add the -4/-5/-6 special timestamps), librdkafka 7, aiokafka 3.
+    2: (1, 11),
+    # Metadata: all of kio's range; librdkafka and kafka-python send 13, aiokafka 5;
+    # v10+ carry topic ids, which Fetch v13+ needs.
+    3: (0, 13),
+    # FindCoordinator: not a broker-issue API but librdkafka enables LZ4 (and group
+    # coordination) only if v0 is advertised; kafka-python sends 6 (batched keys),
+    # aiokafka 1. Until groups exist, answer COORDINATOR_NOT_AVAILABLE.
+    10: (0, 6),
+    # ApiVersions: v0 is librdkafka's ApiVersion probe and aiokafka's request;
+    # v3/v4 are the flexible ones librdkafka and kafka-python open with.
+    18: (0, 4),
+    # CreateTopics: Kafka 4's floor is 2 (kio's too); v5+ flexible and echo configs,
+    # v7 returns topic ids.
+    19: (2, 7),
+    # DeleteTopics: Kafka 4's floor 1; v6 may name topics by id.
+    20: (1, 6),
+    # DeleteRecords: everything Kafka has; no client needs more than v2.
+    21: (0, 2),
+    # InitProducerId: min 0 is librdkafka's IdempotentProducer probe; max 4 stops
+    # before v5/v6 (transaction-v2 errors and two-phase-commit fields).
+    22: (0, 4),
+    # OffsetForLeaderEpoch: Kafka 4's floor 2; librdkafka validates positions with it.
+    23: (2, 4),
+    # DescribeConfigs: Kafka 4's floor 1.
+    32: (1, 4),
+    # CreatePartitions: all of it.
+    37: (0, 3),
+    # DescribeCluster: all of it (v2's fenced flag is always false here).
+    60: (0, 2),
+})
+
+
+def api_versions_response(request_version: int,
+                          supported: MappingProxyType[int, tuple[int, int]] = SUPPORTED_VERSIONS,
+                          throttle_ms: int = 0) -> object:
+    """The kio ApiVersionsResponse for a supported ApiVersions request version."""
+    return _build(request_version, ErrorCode.none, sorted(supported.items()), throttle_ms)
+
+
+def unsupported_api_versions_response(
+        supported: MappingProxyType[int, tuple[int, int]] = SUPPORTED_VERSIONS) -> object:
+    """Answer to an ApiVersions request whose version we do not know: v0, error 35,
+    listing only ApiVersions' own range so the client retries with one we do."""
+    return _build(0, ErrorCode.unsupported_version, [(API_VERSIONS, supported[API_VERSIONS])], 0)
+
+
+def _build(version: int, error: ErrorCode, ranges: list[tuple[int, tuple[int, int]]],
+           throttle_ms: int) -> object:
+    cls = response_type(API_VERSIONS, version)
+    api_version_cls = importlib.import_module(cls.__module__).ApiVersion
+    kwargs = {
+        "error_code": error,
+        "api_keys": tuple(api_version_cls(api_key=i16(key), min_version=i16(lo), max_version=i16(hi))
+                          for key, (lo, hi) in ranges),
+    }
+    if "throttle_time" in {f.name for f in dataclasses.fields(cls)}:  # v1+
+        kwargs["throttle_time"] = i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
+    return cls(**kwargs)

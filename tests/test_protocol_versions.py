@@ -1,0 +1,84 @@
+"""The advertised version table, Kafka's error codes, and the package's boundaries."""
+
+import ast
+import pathlib
+
+import pytest
+from kio.schema.errors import ErrorCode as KioErrorCode
+
+from hpbroker.protocol import SUPPORTED_VERSIONS, request_type, response_type
+from hpbroker.protocol import errors
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker" / "protocol"
+
+# What each target client sends when we let it (design.md section 2), by api key.
+OBSERVED = {
+    "librdkafka 2.16": {3: 13, 0: 10, 1: 16, 2: 7},
+    "kafka-python 3": {18: 4, 3: 13, 0: 9, 1: 12, 2: 11, 10: 6},
+    "aiokafka 0.14": {18: 0, 3: 5, 0: 7, 1: 11, 2: 3, 10: 1},
+}
+
+# librdkafka enables a feature only if our range overlaps each of its probe ranges.
+LIBRDKAFKA_PROBES = {
+    "MsgVer2": {0: (3, 3), 1: (4, 4)},
+    "ZSTD": {0: (7, 7), 1: (10, 10)},
+    "LZ4": {10: (0, 0)},
+    "IdempotentProducer": {22: (0, 0)},
+    "OffsetTime": {2: (1, 1)},
+    "ApiVersion": {18: (0, 0)},
+}
+
+
+@pytest.mark.parametrize("api_key", sorted(SUPPORTED_VERSIONS))
+def test_every_advertised_version_has_schemas(api_key):
+    low, high = SUPPORTED_VERSIONS[api_key]
+    for version in range(low, high + 1):
+        assert request_type(api_key, version) is not None, (api_key, version)
+        assert response_type(api_key, version) is not None, (api_key, version)
+
+
+@pytest.mark.parametrize("client", sorted(OBSERVED))
+def test_clients_land_inside_the_ranges(client):
+    for api_key, version in OBSERVED[client].items():
+        low, high = SUPPORTED_VERSIONS[api_key]
+        assert low <= version <= high, (client, api_key, version)
+
+
+@pytest.mark.parametrize("feature", sorted(LIBRDKAFKA_PROBES))
+def test_librdkafka_feature_probes_overlap(feature):
+    for api_key, (probe_low, probe_high) in LIBRDKAFKA_PROBES[feature].items():
+        low, high = SUPPORTED_VERSIONS[api_key]
+        assert probe_low <= high and low <= probe_high, (feature, api_key)
+
+
+def test_fixed_points_of_the_table():
+    assert SUPPORTED_VERSIONS[0][0] == 0          # old librdkafka compresses only then
+    assert SUPPORTED_VERSIONS[18] == (0, 4)
+    assert SUPPORTED_VERSIONS[1][1] >= 13         # topic ids: librdkafka fetches with 16
+
+
+def test_error_codes_spelled_as_kafka_spells_them():
+    assert errors.UNKNOWN_TOPIC_OR_PARTITION == 3
+    assert errors.UNSUPPORTED_VERSION == 35
+    assert errors.OUT_OF_ORDER_SEQUENCE_NUMBER == 45
+    assert errors.INVALID_PRODUCER_EPOCH == 47
+    assert errors.UNKNOWN_TOPIC_ID == 100
+    assert errors.UNSUPPORTED_VERSION is KioErrorCode.unsupported_version  # what kio's encoders need
+    assert errors.ErrorCode is KioErrorCode
+
+
+def _imports(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
+def test_sans_io_and_standalone(path):
+    for name in _imports(path):
+        top = name.split(".")[0]
+        assert top != "hpbroker", f"{path.name} imports {name}"
+        assert top not in {"socket", "selectors", "asyncio", "os", "mmap"}, f"{path.name} imports {name}"
+    assert "open(" not in path.read_text()
