@@ -22,10 +22,11 @@ TOTAL_BATCHES = 256  # 256 x ~1 MiB per round
 
 
 @pytest.fixture(scope="module")
-def one_mib_batch() -> bytes:
+def one_mib_batch() -> bytearray:
+    """A bytearray, as a request arrives from a socket: the log stamps it in place."""
     value = os.urandom(RECORD_BYTES)
     records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=None, value=value) for i in range(BATCH_RECORDS)]
-    return encode_batch(records)
+    return bytearray(encode_batch(records))
 
 
 @pytest.fixture

@@ -86,6 +86,12 @@ class ReadSlice:
         return self.segment.read_bytes(self.position, self.size)
 
 
+def _writable(buffer) -> bool:
+    if isinstance(buffer, bytearray):
+        return True
+    return isinstance(buffer, memoryview) and not buffer.readonly and buffer.contiguous and buffer.format in ("B", "b", "c")
+
+
 class Log:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig):
         self.directory = directory
@@ -223,8 +229,12 @@ class Log:
         CRC recomputed.  Returns once the batches are written (page cache), or
         only staged with ``write=False``.  Raises a StorageError subclass (with
         the Kafka error code) and appends nothing when any batch is rejected.
+
+        A writable buffer (bytearray, writable memoryview) is stamped in place
+        rather than copied, since a network layer receives into one anyway; it
+        must stay untouched until the batches are written.
         """
-        buf = bytearray(records)
+        buf = records if _writable(records) else bytearray(records)
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         self._validate(scan, len(buf))
         counts = scan.last_offset - scan.base_offset + 1
