@@ -156,6 +156,18 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path):
     assert log.offset_of_max_timestamp() == (59, T0 + 1920)
 
 
+def test_offset_for_timestamp_after_the_log_start_passed_a_time_index_entry(tmp_path):
+    # Timestamps go down then up; the log start moves past the batch the time
+    # index remembers, so that entry must not bound the search (found by the model test).
+    log = open_log(tmp_path, index_interval_bytes=0)
+    log.append(make_batch(4, timestamp=T0, step_ms=0))
+    log.append(make_batch(5, timestamp=T0 + 40, step_ms=13))
+    log.delete_records_before(9)
+    log.append(make_batch(1, timestamp=T0 + 90))
+    log.append(make_batch(1, timestamp=T0 + 100))
+    assert log.offset_for_timestamp(T0 + 91) == (10, T0 + 100)
+
+
 def test_time_index_keeps_the_largest_timestamp_of_a_rolled_segment(tmp_path):
     log = open_log(tmp_path, segment_bytes=300)
     for i in range(6):

@@ -281,8 +281,9 @@ class LogSegment:
         end = self._state.size
         if i + 1 < len(self.time_index):
             bound = self.find_batch(self.base_offset + int(self.time_index.values()[i + 1]))
-            if bound is not None:
-                end = max(bound.position + bound.size, first.position + first.size)
+            # A bound behind ``first`` (start_offset skipped past it) bounds nothing.
+            if bound is not None and bound.position >= first.position:
+                end = bound.position + bound.size
         scan = scan_batches(self.view(), first.position, end, verify_crc=False)
         hits = np.flatnonzero(scan.max_timestamp >= timestamp)
         return _location(scan, int(hits[0])) if len(hits) else None
