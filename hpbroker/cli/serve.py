@@ -1,23 +1,58 @@
-"""``hpbroker serve``: run the broker.
+"""``hpbroker serve``: run the broker (standalone).
 
-The network server is the next issue (the broker server); until it lands this
-command checks its arguments and says so, rather than pretending to serve.
+Settings come from Kafka's names: a ``server.properties`` file (``--config``),
+``--set key=value`` overrides, and the shorthands ``--data-dir`` (``log.dirs``)
+and ``--listen`` (``listeners``).  A bad setting or a busy directory is one
+readable line and exit status 2 or 1, not a traceback.
 """
 
+import logging
 import sys
+
+from hpbroker.storage.config import ConfigError
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("serve", help="run the broker (arrives with the broker-server issue)")
-    parser.add_argument("--data-dir", default="./data", help="log directory (Kafka's log.dirs), default ./data")
-    parser.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT", help="listener address, default 127.0.0.1:9092")
+    parser = sub.add_parser("serve", help="run the broker (Kafka protocol, standalone)")
+    parser.add_argument("--config", metavar="FILE", help="a Kafka-style server.properties file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting, Kafka's name (repeatable), e.g. --set num.partitions=3")
+    parser.add_argument("--data-dir", help="log directory, sets log.dirs (default ./data unless the config file sets it)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="sets listeners=PLAINTEXT://HOST:PORT (default 127.0.0.1:9092)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(run=run)
 
 
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
+
+
 def run(args) -> int:
-    print(
-        f"hpbroker serve: the network server is not built yet (see the broker-server issue); "
-        f"the storage engine would use {args.data_dir} and listen on {args.listen}",
-        file=sys.stderr,
-    )
-    return 1
+    from hpbroker.acceptor.supervisor import BrokerStartError, Supervisor
+    from hpbroker.server.config import BrokerConfig, parse_overrides
+
+    _setup_logging(args.log_level)
+    try:
+        overrides = parse_overrides(args.set)
+        if args.data_dir:
+            overrides["log.dirs"] = args.data_dir
+        if args.listen:
+            overrides["listeners"] = "PLAINTEXT://" + args.listen
+        config = BrokerConfig.from_sources(file=args.config, overrides=overrides)
+        if not args.config and "log.dirs" not in config.props and "log.dir" not in config.props:
+            config = BrokerConfig.from_sources(overrides={**overrides, "log.dirs": "./data"})
+        config.validate()
+    except ConfigError as exc:
+        print(f"hpbroker serve: {exc}", file=sys.stderr)
+        return 2
+    supervisor = Supervisor(config)
+    try:
+        supervisor.start()
+    except BrokerStartError as exc:
+        print(f"hpbroker serve: {exc}", file=sys.stderr)
+        return 1
+    code = supervisor.run()
+    if supervisor.boot_failure:
+        print(f"hpbroker serve: {supervisor.boot_failure}", file=sys.stderr)
+    return code

@@ -3,10 +3,12 @@
 from hpbroker.storage.config import ConfigError, LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     KafkaStorageError,
     LogDirInUseError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
     UnsupportedFormatError,
@@ -18,6 +20,7 @@ __all__ = [
     "AppendInfo",
     "ConfigError",
     "CorruptBatchError",
+    "InvalidProducerEpochError",
     "InvalidRecordError",
     "KafkaStorageError",
     "Log",
@@ -25,6 +28,7 @@ __all__ = [
     "LogDirInUseError",
     "LogManager",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "ReadSlice",
     "RecordTooLargeError",
     "StorageError",

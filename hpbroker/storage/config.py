@@ -3,7 +3,10 @@
 Kafka names each setting twice: a topic-level key (``segment.bytes``) and the
 broker-wide default it falls back to (``log.segment.bytes``).  ``LogConfig``
 holds the topic-level values; ``from_broker_properties`` reads the broker keys
-and ``with_overrides`` applies a topic's own keys on top.
+and ``with_overrides`` applies a topic's own keys on top.  A few settings a log
+needs exist only broker-wide (``producer.id.expiration.ms``): their ``_Key``
+has no topic key, so no topic can override them and DescribeConfigs does not
+list them among a topic's settings.
 """
 
 import dataclasses
@@ -40,7 +43,7 @@ def _cleanup_policy(text: str) -> str:
 @dataclass(frozen=True)
 class _Key:
     field: str
-    topic_key: str
+    topic_key: str | None  # None: broker-wide only
     broker_key: str
     parse: object
     minimum: int | None = None
@@ -62,8 +65,10 @@ _KEYS = (
     _Key("cleanup_policy", "cleanup.policy", "log.cleanup.policy", _cleanup_policy),
     _Key("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
     _Key("preallocate", "preallocate", "log.preallocate", _parse_bool),
+    _Key("producer_id_expiration_ms", None, "producer.id.expiration.ms", int, 1),
+    _Key("producer_id_expiration_check_interval_ms", None, "producer.id.expiration.check.interval.ms", int, 1),
 )
-_BY_TOPIC_KEY = {k.topic_key: k for k in _KEYS}
+_BY_TOPIC_KEY = {k.topic_key: k for k in _KEYS if k.topic_key is not None}
 _BY_BROKER_KEY = {k.broker_key: k for k in _KEYS}
 # Coarser broker spellings, used only when the finer one is absent (as in Kafka).
 _BROKER_ALIASES = {
@@ -91,6 +96,8 @@ class LogConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = DAY_MS
     preallocate: bool = False
+    producer_id_expiration_ms: int = DAY_MS
+    producer_id_expiration_check_interval_ms: int = 10 * 60 * 1000
 
     @classmethod
     def from_broker_properties(cls, props: dict) -> "LogConfig":
@@ -119,7 +126,7 @@ class LogConfig:
 
     def topic_properties(self) -> dict[str, str]:
         """Every setting under its topic-level name, as DescribeConfigs shows them."""
-        return {k.topic_key: _render(getattr(self, k.field)) for k in _KEYS}
+        return {k.topic_key: _render(getattr(self, k.field)) for k in _KEYS if k.topic_key is not None}
 
     @property
     def log_append_time(self) -> bool:
@@ -128,6 +135,11 @@ class LogConfig:
 
 def is_topic_config_key(name: str) -> bool:
     return name in _BY_TOPIC_KEY
+
+
+def is_broker_log_key(name: str) -> bool:
+    """A broker property that sets a log default (``log.segment.bytes``, ...)."""
+    return name in _BY_BROKER_KEY or name in _BROKER_ALIASES
 
 
 def _parse(name, text, parse):

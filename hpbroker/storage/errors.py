@@ -29,6 +29,18 @@ class UnsupportedFormatError(StorageError):
     error_code = 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
 
 
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch does not follow its last sequence."""
+
+    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from a producer epoch older than the partition has seen (a fenced producer)."""
+
+    error_code = 47  # INVALID_PRODUCER_EPOCH
+
+
 class KafkaStorageError(StorageError):
     """The disk failed under a write (full, read-only, I/O error); nothing was appended."""
 

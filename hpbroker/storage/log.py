@@ -18,6 +18,13 @@ policy (``flush.messages`` / ``flush.ms``) is applied after each write and by
 ``tick()``.  The segment list is a tuple replaced wholesale on every change
 (copy-on-write): a reader's binary search runs over a snapshot that a
 concurrent roll or delete never mutates.
+
+Idempotent producers: ``append()`` checks each batch's producer id, epoch and
+sequence against ``producer_state`` (see ``producer_state.py``) before taking
+it, and records it after.  That state is derived from the log: it is written
+to ``<offset>.snapshot`` at each roll and at close, and on open, after a cut
+or a failed write it is reloaded from the newest snapshot at or below the log
+end and the batches after it are replayed.
 """
 
 import bisect
@@ -32,24 +39,40 @@ import numpy as np
 
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END
+from hpbroker.kernels.layout import CONTROL_BIT
 from hpbroker.records import batch as batch_format
 from hpbroker.storage import checkpoints, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     UnsupportedFormatError,
 )
 from hpbroker.storage.index_file import IndexCorruptError
+from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
 from hpbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
 _BASE_OFFSET = struct.Struct(">q")
+
+# Who appends (Kafka's AppendOrigin): only the broker itself may write control
+# batches (transaction markers); clients' batches get the stricter checks.
+ORIGIN_CLIENT = "client"
+ORIGIN_COORDINATOR = "coordinator"
+_ORIGINS = (ORIGIN_CLIENT, ORIGIN_COORDINATOR)
+
+_OK = CheckResult(Verdict.OK)
+_PRODUCER_ERRORS = {
+    Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
+    Verdict.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
+}
 
 
 def now_ms() -> int:
@@ -108,6 +131,9 @@ class Log:
         self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._leader_epochs: list[tuple[int, int]] = []
+        self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
+        self._last_producer_expiry_ms = now_ms()
+        self._unsynced_snapshot: str | None = None  # written at a roll, fsynced by the next flush
 
     # --- opening -------------------------------------------------------------
     @classmethod
@@ -174,6 +200,43 @@ class Log:
             self.flush()  # what recovery kept is now the recovery point
         else:
             self._flushed_offset = self._flush_requested_to = min(max(recovery_point, self.log_start_offset), self._written_offset)
+        self._load_producer_state()
+
+    def _load_producer_state(self) -> None:
+        # Snapshots above the recovered end (a cut tail) or below the log start
+        # are dropped by the reload; the batches after the snapshot are replayed.
+        ps = self.producer_state
+        start = ps.load_latest_snapshot(self._log_end_offset, self.log_start_offset, now_ms())
+        self._replay_producer_state(start)
+        ps.set_end_offset(self._log_end_offset)
+        if start != self._log_end_offset:  # after a clean close the snapshot at the end is already there
+            self._take_snapshot()
+
+    def _take_snapshot(self, offset: int | None = None, *, sync: bool = True) -> str | None:
+        # A snapshot only saves replay work on the next open: failing to write
+        # one (a full disk) must not fail the roll or close that asked for it.
+        try:
+            return self.producer_state.take_snapshot(offset, sync=sync)
+        except OSError as exc:
+            log.warning("%s: no producer snapshot at %s: %s", self._name, offset, exc)
+            return None
+
+    def _replay_producer_state(self, start: int) -> None:
+        """Feed every written batch ending at or after ``start`` to the producer state."""
+        for segment in self._segments:
+            if segment.next_offset <= start:
+                continue
+            found = segment.find_batch(start)
+            scan = scan_batches(segment.view(), found.position if found else 0, segment.size, verify_crc=False)
+            self.producer_state.load_from_batches(scan, from_offset=start)
+
+    def _reload_producer_state(self, offset: int, now: int | None = None) -> None:
+        """The log now ends at ``offset`` (its segments already cut there): make
+        the producer state cover exactly [log start, offset)."""
+        start = self.producer_state.truncate_to(offset, self.log_start_offset, now)
+        if start < offset:
+            self._replay_producer_state(start)
+        self.producer_state.set_end_offset(offset)
 
     def _new_segment(self, base_offset: int, created_ms: int) -> LogSegment:
         return LogSegment(
@@ -220,7 +283,9 @@ class Log:
         return sum(s.size for s in self._segments)
 
     # --- appending -----------------------------------------------------------
-    def append(self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True) -> AppendInfo:
+    def append(
+        self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True, origin: str = ORIGIN_CLIENT
+    ) -> AppendInfo:
         """Assign offsets to one or more v2 batches and add them to the log.
 
         Each batch must be whole with a valid CRC; its base offset is rewritten
@@ -233,10 +298,32 @@ class Log:
         A writable buffer (bytearray, writable memoryview) is stamped in place
         rather than copied, since a network layer receives into one anyway; it
         must stay untouched until the batches are written.
+
+        Batches with a producer id are checked against the producer state: a
+        retry of one already in the log appends nothing and answers its
+        original offsets (``batches == 0``); a sequence gap raises
+        OutOfOrderSequenceError, an old epoch InvalidProducerEpochError.
+        ``origin=ORIGIN_COORDINATOR`` (the broker itself) may append control
+        batches, which clients may not.
         """
+        if origin not in _ORIGINS:
+            raise ValueError(f"unknown append origin {origin!r}")
         buf = records if _writable(records) else bytearray(records)
         scan = scan_batches(np.frombuffer(buf, np.uint8))
-        self._validate(scan, len(buf))
+        idempotent = self._validate(scan, len(buf), origin)
+        checked = self.producer_state.check_batches(scan) if idempotent else _OK
+        if checked.verdict is not Verdict.OK:
+            if checked.verdict is Verdict.DUPLICATE:
+                return AppendInfo(
+                    first_offset=checked.first_offset,
+                    last_offset=checked.last_offset,
+                    max_timestamp=checked.log_append_time,
+                    log_append_time=checked.log_append_time if self.config.log_append_time else -1,
+                    batches=0,
+                    records=0,
+                    size=0,
+                )
+            raise _PRODUCER_ERRORS[checked.verdict](f"{self._name}: {checked.message}")
         counts = scan.last_offset - scan.base_offset + 1
         bases = self._log_end_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
         last_offsets = bases + counts - 1
@@ -254,8 +341,11 @@ class Log:
         if self._should_roll(len(buf), incoming_max_ts, int(last_offsets[-1]), len(bases)):
             self.roll()
         self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps)
+        if idempotent:  # otherwise there is nothing to record but the end offset, set below
+            self.producer_state.update_batches(scan, bases, last_offsets, max_timestamps)
         self._note_leader_epoch(leader_epoch, int(bases[0]))
         self._log_end_offset = int(last_offsets[-1]) + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
         if write:
             self.write()
         return AppendInfo(
@@ -268,7 +358,9 @@ class Log:
             size=len(buf),
         )
 
-    def _validate(self, scan, size: int) -> None:
+    def _validate(self, scan, size: int, origin: str = ORIGIN_CLIENT) -> bool:
+        """Raise for a request that may not be appended; return whether any
+        batch carries a producer id (needs the producer-state check)."""
         if scan.stop != STOP_END or len(scan.position) == 0:
             raise CorruptBatchError(
                 f"{self._name}: rejected append: batch at byte {scan.valid_end} of {size} is invalid (scan stop code {scan.stop})"
@@ -284,6 +376,16 @@ class Log:
             raise RecordTooLargeError(f"{self._name}: {size} bytes exceed segment.bytes={self.config.segment_bytes}")
         if ((scan.last_offset - scan.base_offset + 1) != scan.record_count).any() or (scan.record_count < 1).any():
             raise InvalidRecordError(f"{self._name}: a batch's record count does not match its last offset delta")
+        # Python lists, not numpy reductions: a request holds a batch or a few,
+        # and this keeps the check nearly free for producers without an id.
+        producer_ids = scan.producer_id.tolist()
+        idempotent = max(producer_ids) >= 0
+        if origin == ORIGIN_CLIENT:  # as Kafka's LogValidator: markers carry a producer id but no sequence
+            if any(attributes & CONTROL_BIT for attributes in scan.attributes.tolist()):
+                raise InvalidRecordError(f"{self._name}: clients may not append control batches")
+            if idempotent and any(p >= 0 and s < 0 for p, s in zip(producer_ids, scan.base_sequence.tolist())):
+                raise InvalidRecordError(f"{self._name}: a batch with a producer id has no base sequence")
+        return idempotent
 
     def _should_roll(self, incoming_bytes: int, incoming_max_ts: int, last_offset: int, batches: int) -> bool:
         seg = self.active_segment
@@ -311,6 +413,8 @@ class Log:
             self.active_segment.write()
         except OSError as exc:
             self._log_end_offset = self._written_offset
+            # The staged batches were recorded as appended: forget them again.
+            self._reload_producer_state(self._written_offset)
             raise KafkaStorageError(f"{self._name}: write failed, nothing appended: {exc}") from exc
         self._written_offset = self._log_end_offset
 
@@ -323,6 +427,10 @@ class Log:
         old.seal_time_index()
         segment = self._new_segment(self._log_end_offset, now_ms())
         self._set_segments(self._segments + (segment,))
+        # Not fsynced here, on the append path (Kafka moved it off after
+        # KAFKA-15046): the flush this roll asks for does it; a snapshot lost
+        # to a power cut only means replaying from an older one.
+        self._unsynced_snapshot = self._take_snapshot(segment.base_offset, sync=False)
         self._flush_requested_to = max(self._flush_requested_to, segment.base_offset)
         log.info("%s: rolled to segment %d", self._name, segment.base_offset)
         return segment
@@ -332,6 +440,8 @@ class Log:
         """fsync every segment holding offsets in [flushed, up_to) (default:
         everything written) and advance the recovery point."""
         self._write_staged()
+        if self._unsynced_snapshot is not None:
+            self._sync_snapshot()
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         if target <= self._flushed_offset:
             return
@@ -343,10 +453,28 @@ class Log:
         self._flushed_offset = max(self._flushed_offset, target)
         self._last_flush_ms = now_ms()
 
+    def _sync_snapshot(self) -> None:
+        path, self._unsynced_snapshot = self._unsynced_snapshot, None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # already deleted by retention or a reload
+        try:
+            os.fsync(fd)
+            checkpoints.fsync_dir(self.directory)
+        except OSError as exc:  # as in _take_snapshot: costs replay work at most
+            log.warning("%s: fsync of %s failed: %s", self._name, path, exc)
+        finally:
+            os.close(fd)
+
     def tick(self, now: int | None = None) -> None:
-        """Periodic work: the time flush policy, the flush a roll asked for, and
-        unlinking segments whose delete delay has passed."""
+        """Periodic work: the time flush policy, the flush a roll asked for,
+        unlinking segments whose delete delay has passed, and forgetting idle
+        producers (every ``producer.id.expiration.check.interval.ms``)."""
         now = now_ms() if now is None else now
+        if now - self._last_producer_expiry_ms >= self.config.producer_id_expiration_check_interval_ms:
+            self._last_producer_expiry_ms = now
+            self.producer_state.remove_expired(now)
         if self._flush_requested_to > self._flushed_offset:
             self.flush(self._flush_requested_to)
         if self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
@@ -443,6 +571,7 @@ class Log:
         remaining = self._segments[len(doomed):]
         self._set_segments(remaining)
         self._advance_log_start(remaining[0].base_offset)
+        self.producer_state.delete_snapshots_below(remaining[0].base_offset)
         due = now_ms() + self.config.file_delete_delay_ms
         for segment in doomed:
             segment.mark_deleted()
@@ -494,6 +623,7 @@ class Log:
         self.active_segment.seal_time_index()
         self.flush()
         self.active_segment.flush()  # the sealing entry, even when no data was pending
+        self._take_snapshot(self._log_end_offset)  # so a clean reopen replays nothing
         for _, segment in self._pending_deletes:
             segment.close_and_unlink()
         self._pending_deletes.clear()

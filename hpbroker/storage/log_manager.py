@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 RETENTION_CHECK_INTERVAL_MS = 300_000  # log.retention.check.interval.ms
 CHECKPOINT_INTERVAL_MS = 60_000  # log.flush.offset.checkpoint.interval.ms
+CHECKPOINT_LOCK_FILE = ".checkpoints.lock"  # serialises owners merging the shared checkpoint files
 
 
 class LogManager:
@@ -37,6 +38,8 @@ class LogManager:
         topic_config=None,
         retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
+        owns=None,
+        manage_root: bool = True,
     ):
         if not log_dirs:
             raise StorageError("log.dirs is empty")
@@ -52,15 +55,37 @@ class LogManager:
         self._locks: list[int] = []
         self._last_retention_ms = self._last_checkpoint_ms = now_ms()
         self.had_clean_shutdown = True
+        self._owns = owns or (lambda topic, partition: True)
+        self.manage_root = manage_root
 
     # --- start and stop ------------------------------------------------------------
-    def open(self) -> "LogManager":
+    def open_root(self) -> bool:
+        """Lock the directories, check ``meta.properties``, and consume the
+        clean-shutdown markers; returns whether the last stop was clean."""
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             self._lock(log_dir)
             self._check_meta_properties(log_dir)
         for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+            marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)
+            clean = os.path.exists(marker)
+            self.had_clean_shutdown &= clean
+            if clean:
+                os.unlink(marker)  # from now on a crash must look unclean
+        return self.had_clean_shutdown
+
+    def close_root(self) -> None:
+        """Write the clean-shutdown markers (after every owner closed) and unlock."""
+        for log_dir in self.log_dirs:
+            checkpoints.write_clean_shutdown(os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE))
+        self._unlock()
+
+    def open(self, clean_shutdown: bool | None = None) -> "LogManager":
+        """Open every owned partition; with ``manage_root`` also what ``open_root`` does."""
+        clean = self.open_root() if self.manage_root else bool(clean_shutdown)
+        self.had_clean_shutdown = clean
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir, clean)
         return self
 
     def _lock(self, log_dir: str) -> None:
@@ -98,10 +123,7 @@ class LogManager:
             raise StorageError(f"{path} belongs to cluster {found_cluster}, not {self.cluster_id}")
         self.cluster_id = found_cluster or self.cluster_id
 
-    def _load_dir(self, log_dir: str) -> None:
-        marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
-        self.had_clean_shutdown &= clean
+    def _load_dir(self, log_dir: str, clean: bool) -> None:
         recovery_points = _read_checkpoint(os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT))
         start_offsets = _read_checkpoint(os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT))
         for name in sorted(os.listdir(log_dir)):
@@ -110,7 +132,7 @@ class LogManager:
                 shutil.rmtree(path, ignore_errors=True)  # a DeleteTopics that a crash interrupted
                 continue
             parsed = filenames.parse_partition_dir(name)
-            if parsed is None or not os.path.isdir(path):
+            if parsed is None or not os.path.isdir(path) or not self._owns(*parsed):
                 continue
             if parsed in self._logs:
                 raise StorageError(f"partition {name} is in two log dirs: {self._dir_of[parsed]} and {log_dir}")
@@ -123,18 +145,15 @@ class LogManager:
                 clean_shutdown=clean,
             )
             self._dir_of[parsed] = log_dir
-        if clean:
-            os.unlink(marker)  # from now on a crash must look unclean
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
         for partition_log in self._logs.values():
             partition_log.close()
         self.write_checkpoints()
-        for log_dir in self.log_dirs:
-            checkpoints.write_clean_shutdown(os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE))
         self._logs.clear()
-        self._unlock()
+        if self.manage_root:
+            self.close_root()
 
     # --- partitions ----------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -148,8 +167,12 @@ class LogManager:
         existing = self._logs.get(key)
         if existing is not None:
             return existing
-        log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
-        path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
+        name = filenames.partition_dir_name(topic, partition)
+        # A directory made by whoever created the topic (maybe another process) is adopted.
+        existing_dirs = [d for d in self.log_dirs if os.path.isdir(os.path.join(d, name))]
+        log_dir = existing_dirs[0] if existing_dirs else min(
+            self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
+        path = os.path.join(log_dir, name)
         created = Log.open(path, topic, partition, self._config_for(topic), topic_id=topic_id or checkpoints.new_kafka_uuid())
         self._logs[key], self._dir_of[key] = created, log_dir
         return created
@@ -187,15 +210,32 @@ class LogManager:
         partition, one pair of files per log dir."""
         for log_dir in self.log_dirs:
             mine = {k: v for k, v in self._logs.items() if self._dir_of[k] == log_dir}
-            checkpoints.write_offset_checkpoint(
+            self._merge_checkpoint(
                 os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT),
                 {k: v.flushed_offset for k, v in mine.items()},
             )
-            checkpoints.write_offset_checkpoint(
+            self._merge_checkpoint(
                 os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT),
                 # Kafka lists only logs whose start is above their first segment's base.
                 {k: v.log_start_offset for k, v in mine.items() if v.log_start_offset > v.segments[0].base_offset},
             )
+
+    def _merge_checkpoint(self, path: str, rows: dict) -> None:
+        """Replace this owner's rows (and drop partitions that no longer exist),
+        keeping the rows other owners wrote; serialised by a lock file."""
+        lock_fd = os.open(os.path.join(os.path.dirname(path), CHECKPOINT_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            merged = {} if self.manage_root else _read_checkpoint(path)
+            log_dir = os.path.dirname(path)
+            merged = {
+                k: v for k, v in merged.items()
+                if not self._owns(*k) and os.path.isdir(os.path.join(log_dir, filenames.partition_dir_name(*k)))
+            }
+            merged.update(rows)
+            checkpoints.write_offset_checkpoint(path, merged)
+        finally:
+            os.close(lock_fd)
 
 
 def _read_checkpoint(path: str) -> dict:

@@ -1,0 +1,360 @@
+"""The acceptor: binds the listener, forks the pinned workers, hands each
+accepted socket to the least-loaded one (SCM_RIGHTS), and supervises them.
+
+It never reads a client byte.  It holds the log directories' locks and their
+clean-shutdown markers: the markers are consumed at start (the workers learn
+whether the last stop was clean) and written again only after every worker
+stopped cleanly.
+
+Signals only enqueue (their handlers append to a list and the wakeup fd wakes
+the loop); the loop dispatches to ``handle_<signal>``:
+
+* SIGTERM / SIGINT: stop accepting, tell the workers to finish their in-flight
+  requests, flush and write checkpoints; then write the markers and exit 0;
+* SIGCHLD: reap; a worker that died after booting is restarted (its
+  partitions are reopened and recovered); one that could not boot stops the
+  broker with its reason instead of looping;
+* SIGHUP: reread nothing yet, log that a restart applies new settings.
+"""
+
+import errno
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+
+from hpbroker.server.config import BrokerConfig
+from hpbroker.storage import LogManager
+
+log = logging.getLogger(__name__)
+
+BOOT_FAILURE_EXIT = 3  # the worker's own (hpbroker.workers.process)
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+
+
+class BrokerStartError(Exception):
+    """The broker could not start; the message says why in one line."""
+
+
+@dataclass
+class WorkerSlot:
+    index: int
+    cpu: int | None
+    pid: int = 0
+    control: socket.socket | None = None
+    ready: bool = False
+    connections: int = 0
+    last_heartbeat: float = 0.0
+    restarts: list = field(default_factory=list)  # monotonic times of recent restarts
+    boot_error: str = ""
+    exit_code: int | None = None
+
+
+def systemd_listener() -> socket.socket | None:
+    """The socket systemd passed us (socket activation), if any."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS", "0")) < 1:
+        return None
+    return socket.socket(fileno=3)
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise BrokerStartError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    return sock
+
+
+class Supervisor:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.selector = selectors.DefaultSelector()
+        self.pending_signals: list[int] = []
+        self.stopping = False
+        self.exit_code = 0
+        self.boot_failure = ""
+        cpus = sorted(os.sched_getaffinity(0))
+        n = config.num_workers
+        self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(n)]
+        self.broker_tag = f"{os.getpid()}"
+
+    # --- start -------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.config
+        self.root = LogManager(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, manage_root=True)
+        try:
+            self.clean = self.root.open_root()
+        except Exception as exc:
+            raise BrokerStartError(str(exc)) from None
+        self.cluster_id = self.root.cluster_id
+        listener = cfg.listener
+        self.listener = systemd_listener() or bind_listener(listener.host, listener.port)
+        self.listener.setblocking(False)
+        self.address = self.listener.getsockname()
+        _warm_up_kernels()
+        self._install_signals()
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        for slot in self.slots:
+            self._spawn(slot, clean_shutdown=self.clean)
+        log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
+                 self.address[0], self.address[1], len(self.slots), self.cluster_id, ", ".join(cfg.log_dirs))
+
+    def _install_signals(self) -> None:
+        self.wakeup_r, self.wakeup_w = os.pipe()
+        os.set_blocking(self.wakeup_r, False)
+        os.set_blocking(self.wakeup_w, False)
+        signal.set_wakeup_fd(self.wakeup_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, self._enqueue_signal)
+        self.selector.register(self.wakeup_r, selectors.EVENT_READ, "signal")
+
+    def _enqueue_signal(self, signum, _frame) -> None:
+        self.pending_signals.append(signum)
+
+    def _spawn(self, slot: WorkerSlot, clean_shutdown: bool) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                parent.close()
+                self._forget_parent_state()
+                from hpbroker.workers.process import run_worker
+
+                code = run_worker(slot.index, len(self.slots), self.config, child, self.broker_tag,
+                                  clean_shutdown, self.cluster_id, slot.cpu)
+            except BaseException:
+                log.exception("worker %d crashed", slot.index)
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        child.close()
+        parent.setblocking(False)
+        slot.pid, slot.control, slot.ready, slot.connections = pid, parent, False, 0
+        slot.last_heartbeat = time.monotonic()
+        self.selector.register(parent, selectors.EVENT_READ, slot)
+
+    def _forget_parent_state(self) -> None:
+        """In the child: nothing of the acceptor's loop survives the fork."""
+        signal.set_wakeup_fd(-1)
+        self.selector.close()
+        self.listener.close()
+        os.close(self.wakeup_r)
+        os.close(self.wakeup_w)
+        for other in self.slots:
+            if other.control is not None:
+                other.control.close()
+        for fd in self.root._locks:
+            os.close(fd)  # the acceptor keeps the directory locks
+
+    # --- the loop ------------------------------------------------------------------
+    def run(self) -> int:
+        timeout_s = self.config["worker.heartbeat.timeout.ms"] / 1000
+        while True:
+            for key, _ in self.selector.select(timeout=0.5):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "signal":
+                    self._drain_wakeup()
+                else:
+                    self._on_worker_message(key.data)
+            while self.pending_signals:
+                signum = self.pending_signals.pop(0)
+                getattr(self, f"handle_{signal.Signals(signum).name.lower()}")()
+            if self.stopping:
+                return self._finish_stop()
+            now = time.monotonic()
+            for slot in self.slots:
+                if slot.pid and slot.ready and now - slot.last_heartbeat > timeout_s:
+                    log.error("worker %d (pid %d) missed heartbeats for %.0f s; killing it", slot.index, slot.pid,
+                              now - slot.last_heartbeat)
+                    _kill(slot.pid, signal.SIGKILL)
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while os.read(self.wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _addr = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.error("accept failed: %s", exc.strerror)
+                    return
+                raise
+            self._hand_off(conn)
+
+    def _hand_off(self, conn: socket.socket) -> None:
+        candidates = [s for s in self.slots if s.ready and s.control is not None]
+        try:
+            if not candidates:
+                return  # no worker up (all restarting): the client retries
+            slot = min(candidates, key=lambda s: s.connections)
+            try:
+                socket.send_fds(slot.control, [b"conn"], [conn.fileno()])
+                slot.connections += 1
+            except OSError as exc:
+                log.warning("could not hand a connection to worker %d: %s", slot.index, exc)
+        finally:
+            conn.close()  # the worker holds its own descriptor now
+
+    def _on_worker_message(self, slot: WorkerSlot) -> None:
+        while slot.control is not None:
+            try:
+                message = slot.control.recv(512)
+            except BlockingIOError:
+                return
+            except OSError:
+                message = b""
+            if not message:
+                self.selector.unregister(slot.control)
+                slot.control.close()
+                slot.control = None
+                return
+            slot.last_heartbeat = time.monotonic()
+            if message == b"ready":
+                slot.ready = True
+            elif message == b"closed":
+                slot.connections = max(0, slot.connections - 1)
+            elif message.startswith(b"hb "):
+                slot.connections = int(message[3:])
+            elif message.startswith(b"boot-failed"):
+                slot.boot_error = message[len(b"boot-failed "):].decode(errors="replace")
+
+    # --- signals -------------------------------------------------------------------
+    def handle_sigterm(self) -> None:
+        if not self.stopping:
+            log.info("stopping: no new connections; workers finish in-flight requests and flush")
+        self.stopping = True
+
+    handle_sigint = handle_sigterm
+
+    def handle_sighup(self) -> None:
+        log.info("SIGHUP: configuration is read at start; restart the broker to apply changes")
+
+    def handle_sigchld(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            slot = next((s for s in self.slots if s.pid == pid), None)
+            if slot is not None:
+                self._worker_exited(slot, os.waitstatus_to_exitcode(status))
+
+    def _worker_exited(self, slot: WorkerSlot, code: int) -> None:
+        was_ready = slot.ready
+        if slot.control is not None:
+            self._on_worker_message(slot)  # a boot-failed reason may still be queued
+        if slot.control is not None:
+            self.selector.unregister(slot.control)
+            slot.control.close()
+        slot.pid, slot.control, slot.ready, slot.exit_code = 0, None, False, code
+        if self.stopping:
+            return
+        if not was_ready or code == BOOT_FAILURE_EXIT:
+            reason = slot.boot_error or f"exit code {code}"
+            log.error("worker %d could not boot (%s); stopping the broker", slot.index, reason)
+            self.boot_failure = f"worker {slot.index} could not boot: {reason}"
+            self.exit_code = 1
+            self.stopping = True
+            return
+        now = time.monotonic()
+        slot.restarts = [t for t in slot.restarts if now - t < RESTART_WINDOW_S] + [now]
+        if len(slot.restarts) > MAX_RESTARTS:
+            log.error("worker %d died %d times within %.0f s; stopping the broker", slot.index, len(slot.restarts),
+                      RESTART_WINDOW_S)
+            self.exit_code = 1
+            self.stopping = True
+            return
+        log.warning("worker %d exited (%s); restarting it, its partitions will be recovered", slot.index,
+                    f"signal {-code}" if code < 0 else f"code {code}")
+        self._spawn(slot, clean_shutdown=False)
+
+    # --- stop ----------------------------------------------------------------------
+    def _finish_stop(self) -> int:
+        try:
+            self.selector.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self.listener.close()
+        for slot in self.slots:
+            if slot.control is not None:
+                try:
+                    slot.control.send(b"stop")
+                except OSError:
+                    pass
+        deadline = time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
+        codes = []
+        for slot in self.slots:
+            if not slot.pid:
+                codes.append(slot.exit_code)
+                continue
+            code = _wait(slot.pid, deadline)
+            if code is None:
+                log.error("worker %d did not stop in time; killing it", slot.index)
+                _kill(slot.pid, signal.SIGKILL)
+                code = _wait(slot.pid, time.monotonic() + 5)
+            codes.append(code)
+        all_clean = all(c == 0 for c in codes) and self.exit_code == 0
+        if all_clean:
+            self.root.close_root()
+            log.info("stopped cleanly")
+        else:
+            self.root._unlock()
+            log.warning("stopped; not every worker stopped cleanly, the next start recovers")
+        return self.exit_code
+
+
+def _wait(pid: int, deadline: float) -> int | None:
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _warm_up_kernels() -> None:
+    """Load the numba kernels once, before forking, so workers share them."""
+    import numpy as np
+
+    from hpbroker.kernels import scan_batches
+    from hpbroker.records import Record, encode_batch
+
+    scan_batches(np.frombuffer(encode_batch([Record(0, 0, None, b"")]), np.uint8))
+    import hpbroker.workers.process  # noqa: F401  (and the handlers, protocol, kio)
+
+
+def serve(config: BrokerConfig) -> int:
+    supervisor = Supervisor(config)
+    supervisor.start()
+    return supervisor.run()

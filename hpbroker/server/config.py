@@ -1,0 +1,183 @@
+"""The broker's configuration: Kafka's ``server.properties`` names and defaults.
+
+Sources, later ones winning: built-in defaults, a properties file (``--config``),
+``--set key=value`` overrides.  Every key must be known: a typo is an error
+naming the key, never a silently ignored setting.  Log settings
+(``log.segment.bytes``, ``log.flush.interval.messages``, ...) are validated by
+``hpbroker.storage.LogConfig``; the rest are the broker's own.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+from hpbroker.storage.config import ConfigError, LogConfig, is_broker_log_key
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _bool(text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return lowered == "true"
+
+
+# key -> (parser, default); a default of None means "derived" (see BrokerConfig).
+_BROKER_KEYS = {
+    "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
+    "advertised.listeners": (str, None),
+    "log.dirs": (str, None),
+    "log.dir": (str, "/tmp/kafka-logs"),
+    "broker.id": (int, 0),
+    "node.id": (int, None),
+    "num.workers": (int, None),
+    "auto.create.topics.enable": (_bool, True),
+    "num.partitions": (int, 1),
+    "default.replication.factor": (int, 1),
+    "socket.request.max.bytes": (int, 104857600),
+    "socket.send.buffer.bytes": (int, 102400),
+    "socket.receive.buffer.bytes": (int, 102400),
+    "delete.topic.enable": (_bool, True),
+    "log.retention.check.interval.ms": (int, 300000),
+    "log.flush.scheduler.interval.ms": (int, 1000),
+    "log.flush.offset.checkpoint.interval.ms": (int, 60000),
+    "producer.id.expiration.ms": (int, 86400000),
+    "offsets.topic.num.partitions": (int, 50),
+    "offsets.topic.replication.factor": (int, 1),
+    "offsets.retention.minutes": (int, 10080),
+    "group.initial.rebalance.delay.ms": (int, 3000),
+    "group.min.session.timeout.ms": (int, 6000),
+    "group.max.session.timeout.ms": (int, 1800000),
+    "transaction.state.log.num.partitions": (int, 50),
+    "transaction.state.log.replication.factor": (int, 1),
+    "transaction.state.log.min.isr": (int, 1),
+    "transactional.id.expiration.ms": (int, 604800000),
+    "zookeeper.connect": (str, ""),
+    "zookeeper.session.timeout.ms": (int, 18000),
+    "worker.heartbeat.interval.ms": (int, 1000),
+    "worker.heartbeat.timeout.ms": (int, 30000),
+    "shutdown.timeout.ms": (int, 30000),
+}
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """Java properties as Kafka's files use them: ``key=value`` (or ``key: value``,
+    ``key value``), ``#``/``!`` comments, blank lines."""
+    props = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=: \t":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+        else:
+            key, value = line, ""
+        if not key:
+            raise ConfigError(f"{path}:{number}: no key in {raw!r}")
+        props[key] = value
+    return props
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    props = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+def parse_listener(text: str) -> Listener:
+    """``PLAINTEXT://host:port`` (the first of a comma-separated list), or ``host:port``."""
+    first = text.split(",")[0].strip()
+    name, sep, rest = first.partition("://")
+    if not sep:
+        name, rest = "PLAINTEXT", first
+    if name.upper() != "PLAINTEXT":
+        raise ConfigError(f"listener {first!r}: only PLAINTEXT listeners are supported")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listener {first!r}: expected HOST:PORT")
+    return Listener(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    props: dict = field(default_factory=dict)  # every key given, as text
+    values: dict = field(default_factory=dict)  # broker keys, parsed, defaults filled in
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @classmethod
+    def from_sources(cls, *, file: str | None = None, overrides: dict | None = None) -> "BrokerConfig":
+        props = read_properties_file(file) if file else {}
+        props.update(overrides or {})
+        values = {}
+        for key, text in props.items():
+            if key in _BROKER_KEYS:
+                parse = _BROKER_KEYS[key][0]
+                try:
+                    values[key] = parse(text) if parse is not int else int(str(text).strip())
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from None
+            elif not is_broker_log_key(key):
+                raise ConfigError(f"unknown config key {key!r}")
+        for key, (_, default) in _BROKER_KEYS.items():
+            values.setdefault(key, default)
+        return cls(props=props, values=values, log=LogConfig.from_broker_properties(props))
+
+    def __getitem__(self, key: str):
+        return self.values[key]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        text = self.values["log.dirs"] or self.values["log.dir"]
+        return [d.strip() for d in text.split(",") if d.strip()]
+
+    @property
+    def broker_id(self) -> int:
+        node = self.values["node.id"]
+        return self.values["broker.id"] if node is None else node
+
+    @property
+    def listener(self) -> Listener:
+        return parse_listener(self.values["listeners"])
+
+    @property
+    def advertised(self) -> Listener:
+        """What Metadata tells clients to connect to (the listener unless set)."""
+        text = self.values["advertised.listeners"]
+        listener = parse_listener(text) if text else self.listener
+        if listener.host in ("0.0.0.0", "::", ""):
+            listener = Listener(listener.name, "127.0.0.1", listener.port)
+        return listener
+
+    @property
+    def num_workers(self) -> int:
+        n = self.values["num.workers"]
+        return _usable_cores() if n is None else n
+
+    def validate(self) -> None:
+        if self.num_workers < 1:
+            raise ConfigError("num.workers must be at least 1")
+        if self.values["num.partitions"] < 1:
+            raise ConfigError("num.partitions must be at least 1")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty")
+        self.listener  # parses, or raises ConfigError

@@ -1,0 +1,144 @@
+"""One client connection: frames in, requests handled one at a time in order
+(as Kafka does, so responses keep the request order), responses out.
+
+Bad input costs only this connection: an oversized frame, an unknown API key,
+an unsupported version (except ApiVersions, which gets Kafka's error-35
+answer), a malformed body, or a handler that fails are logged with the client
+and closed; every other connection carries on.
+"""
+
+import asyncio
+import logging
+
+from hpbroker.protocol import (FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey, UnsupportedVersion,
+                               decode_request, encode_response, unsupported_api_versions_response)
+from hpbroker.workers.fetch_response import FileRegion
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS = 18
+_MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
+
+
+class _RegionFile:
+    """The file object ``loop.sendfile`` wants, over a descriptor we keep open."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return offset
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, ctx, routes, on_close):
+        self.ctx = ctx
+        self.routes = routes
+        self.on_close = on_close
+        self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.transport = None
+        self.peer = "?"
+        self.paused = False
+        self.closing = False
+        self.task = None
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    # --- asyncio.Protocol -----------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            frames = self.splitter.feed(data)
+        except FrameTooLarge as exc:
+            self._drop(f"request of {exc.size} bytes exceeds socket.request.max.bytes={exc.limit}")
+            return
+        for frame in frames:
+            self.queue.put_nowait(frame)
+        if self.queue.qsize() >= _MAX_QUEUED and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def connection_lost(self, exc) -> None:
+        self.writable.set()
+        self.closing = True
+        self.queue.put_nowait(None)  # finish what is in flight, then stop
+        self.on_close(self)
+
+    # --- serving --------------------------------------------------------------
+    def _drop(self, why: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, why)
+        self.closing = True
+        self.transport.abort()
+
+    async def _serve(self) -> None:
+        while True:
+            frame = await self.queue.get()
+            if frame is None or self.closing and self.transport.is_closing():
+                return
+            if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
+                self.paused = False
+                self.transport.resume_reading()
+            try:
+                pieces = await self._handle(frame)
+                if pieces:
+                    await self._write(pieces)
+            except (ConnectionError, OSError) as exc:
+                self._drop(f"write failed: {exc}")
+                return
+            except Exception:
+                log.exception("request from %s failed; closing its connection", self.peer)
+                self.closing = True
+                self.transport.abort()
+                return
+
+    async def _handle(self, frame):
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersion as exc:
+            if exc.header.api_key == API_VERSIONS:
+                return [encode_response(exc.header, unsupported_api_versions_response())]
+            self._drop(f"unsupported version {exc.header.api_version} of api key {exc.header.api_key} "
+                       f"(client {exc.header.client_id!r})")
+            return None
+        except UnsupportedApiKey as exc:
+            self._drop(f"unknown api key {exc.header.api_key} (client {exc.header.client_id!r})")
+            return None
+        except MalformedRequest as exc:
+            self._drop(f"malformed request: {exc}")
+            return None
+        handler = self.routes.get(header.api_key)
+        if handler is None:
+            self._drop(f"api key {header.api_key} is advertised but has no handler")
+            return None
+        response = await handler(self.ctx, header, request)
+        if response is None:
+            return None
+        if isinstance(response, list):
+            return response
+        return [encode_response(header, response)]
+
+    async def _write(self, pieces) -> None:
+        loop = asyncio.get_running_loop()
+        for piece in pieces:
+            if isinstance(piece, FileRegion):
+                await loop.sendfile(self.transport, _RegionFile(piece.fd), piece.position, piece.size, fallback=False)
+            else:
+                self.transport.write(piece)
+        await self.writable.wait()  # a slow reader: the transport asked us to pause

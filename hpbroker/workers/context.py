@@ -1,0 +1,88 @@
+"""What a request handler can reach: the config, the topics, and the owners of
+partitions (this worker's ``PartitionService`` or a peer's, behind one call)."""
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from hpbroker.server.config import BrokerConfig
+from hpbroker.server.ownership import partition_owner
+from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.peers import PeerClient
+from hpbroker.workers.producer_ids import ProducerIdAllocator
+from hpbroker.workers.topics import TopicRegistry
+
+_MAX_OPEN_SEGMENTS = 512
+
+
+@dataclass
+class BrokerIdentity:
+    broker_id: int
+    cluster_id: str
+    host: str
+    port: int
+
+
+class SegmentFiles:
+    """Read-only descriptors of segment files, by path, for sendfile.  A
+    segment renamed to ``.deleted`` (retention) is still found under that name;
+    an open descriptor keeps reading a file that was unlinked meanwhile."""
+
+    def __init__(self):
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    def fd(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = os.open(path + ".deleted", os.O_RDONLY)
+        self._fds[path] = fd
+        while len(self._fds) > _MAX_OPEN_SEGMENTS:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class WorkerContext:
+    def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
+                 topics: TopicRegistry, service: PartitionService, peers: PeerClient):
+        self.config = config
+        self.index = index
+        self.workers = workers
+        self.identity = identity
+        self.topics = topics
+        self.service = service
+        self.peers = peers
+        self.segment_files = SegmentFiles()
+        self.producer_ids = ProducerIdAllocator(topics.log_dirs[0])
+        self.connections = 0
+
+    def owner(self, topic: str, partition: int) -> int:
+        return partition_owner(topic, partition, self.workers)
+
+    async def call_owner(self, topic: str, partition: int, method: str, *args):
+        """Run ``PartitionService.method(topic, partition, *args)`` on the owner."""
+        owner = self.owner(topic, partition)
+        if owner == self.index:
+            result = getattr(self.service, method)(topic, partition, *args)
+            if hasattr(result, "__await__"):
+                result = await result
+            return result
+        return await self.peers.call(owner, method, topic, partition, *args)
+
+    async def call_worker(self, worker: int, method: str, *args):
+        if worker == self.index:
+            result = getattr(self.service, method)(*args)
+            if hasattr(result, "__await__"):
+                result = await result
+            return result
+        return await self.peers.call(worker, method, *args)

@@ -1,0 +1,21 @@
+"""CreatePartitions (37): more partitions for a topic (never fewer)."""
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.topics import TopicError
+
+API_KEY = 37
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    results = []
+    for topic in request.topics:
+        try:
+            ctx.topics.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode.none,
+                                error_message=None))
+        except TopicError as exc:
+            results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode(exc.code),
+                                error_message=str(exc)))
+    return make(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

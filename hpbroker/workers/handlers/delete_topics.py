@@ -1,0 +1,36 @@
+"""DeleteTopics (20): each partition's owner removes its log (it may have it
+open); then the topic's config overrides go."""
+
+import asyncio
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.peers import PeerUnavailable
+
+API_KEY = 20
+
+
+async def _delete(ctx, name, topic_id):
+    info = ctx.topics.get(name) if name else ctx.topics.by_id(topic_id)
+    if info is None:
+        return name, topic_id, (ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id), "no such topic"
+    if not ctx.config["delete.topic.enable"]:
+        return info.name, info.topic_id, ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
+    try:
+        await asyncio.gather(*(ctx.call_owner(info.name, p, "delete_partition") for p in range(info.partitions)))
+    except PeerUnavailable as exc:
+        return info.name, info.topic_id, ErrorCode.request_timed_out, str(exc)
+    ctx.topics.forget_configs(info.name)
+    return info.name, info.topic_id, ErrorCode.none, None
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    if hasattr(request, "topics"):  # v6+: by name or by id
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = [await _delete(ctx, name, topic_id) for name, topic_id in wanted]
+    return make(m.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(
+        make(m.DeletableTopicResult, name=name, topic_id=topic_id, error_code=error, error_message=message)
+        for name, topic_id, error, message in results))

@@ -1,0 +1,92 @@
+"""Fetch (1): records straight from the segment files with sendfile.
+
+Each partition's owner says where the batches are (path, position, size) up to
+its high watermark; this worker, which holds the client's socket, sends them.
+Limits as Kafka applies them: ``partition_max_bytes`` per partition,
+``max_bytes`` for the response (the first non-empty partition always gets at
+least one whole batch, KIP-74), and a long poll: when fewer than ``min_bytes``
+are ready the request waits, up to ``max_wait``, for any partition to grow.
+Fetch sessions are answered as full fetches (session id 0, KIP-227 allows it).
+"""
+
+import asyncio
+import logging
+import time
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
+from hpbroker.workers.peers import PeerUnavailable
+
+API_KEY = 1
+log = logging.getLogger(__name__)
+
+
+async def _locate(ctx, info, partition):
+    if info is None:
+        return None
+    if partition.partition >= info.partitions:
+        info = ctx.topics.get(info.name, partition.partition) or info
+    if not 0 <= partition.partition < info.partitions:
+        return (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0)
+    try:
+        return await ctx.call_owner(info.name, partition.partition, "locate", partition.fetch_offset,
+                                    partition.partition_max_bytes)
+    except PeerUnavailable:
+        return (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0)
+
+
+def _resolve(ctx, topic, version):
+    if version >= 13:
+        return ctx.topics.by_id(topic.topic_id), ErrorCode.unknown_topic_id
+    return ctx.topics.get(topic.topic), ErrorCode.unknown_topic_or_partition
+
+
+async def _wait_for_data(ctx, wanted, timeout_s):
+    calls = [asyncio.ensure_future(ctx.call_owner(info.name, p.partition, "wait_beyond", p.fetch_offset, timeout_s))
+             for info, p in wanted]
+    if not calls:
+        await asyncio.sleep(timeout_s)
+        return
+    done, pending = await asyncio.wait(calls, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for call in pending:
+        call.cancel()
+    for call in done:
+        call.exception()  # a peer that went away just ends the wait
+
+
+async def handle(ctx, header, request):
+    version = header.api_version
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    wanted = []  # (topic request, info, unknown error, [partitions])
+    for topic in request.topics:
+        info, unknown = _resolve(ctx, topic, version)
+        wanted.append((topic, info, unknown, topic.partitions))
+    while True:
+        located = await asyncio.gather(*(_locate(ctx, info, p) for _, info, _, parts in wanted for p in parts))
+        ready = sum(r[6] for r in located if r is not None and r[0] == 0 and r[4])
+        errors = any(r is None or r[0] != 0 for r in located)
+        remaining = deadline - time.monotonic()
+        if ready >= request.min_bytes or errors or remaining <= 0 or not located:
+            break
+        await _wait_for_data(ctx, [(info, p) for _, info, _, parts in wanted for p in parts], remaining)
+        if time.monotonic() >= deadline:
+            located = await asyncio.gather(*(_locate(ctx, info, p) for _, info, _, parts in wanted for p in parts))
+            break
+    budget = request.max_bytes if version >= 3 else 1 << 31
+    topics, results = [], iter(located)
+    for topic, info, unknown, parts in wanted:
+        out = TopicResult(info.name if info else getattr(topic, "topic", ""), info.topic_id if info else topic.topic_id)
+        for p in parts:
+            r = next(results)
+            if r is None:
+                out.partitions.append(PartitionResult(p.partition, unknown.value, records=b""))
+                continue
+            error, hw, lso, log_start, path, position, size = r
+            records = b""
+            if path is not None and size and (size <= budget or budget == request.max_bytes):
+                records = FileRegion(ctx.segment_files.fd(path), position, size)
+                budget -= size
+            out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
+                                                  aborted=None if request.isolation_level == 0 else [], records=records))
+        topics.append(out)
+    return encode_fetch_response(version, header.correlation_id, topics)

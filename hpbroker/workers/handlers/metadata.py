@@ -1,0 +1,70 @@
+"""Metadata (3): this broker is every partition's leader; topics may be
+created on first mention (``auto.create.topics.enable``, ``num.partitions``)."""
+
+import logging
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.topics import TopicError
+
+API_KEY = 3
+log = logging.getLogger(__name__)
+_NO_OPERATIONS = -2147483648  # "not requested"
+
+
+def _requested(ctx, header, request):
+    """(name, topic_id, known TopicInfo or None) for each topic asked about; None = all."""
+    topics = request.topics
+    if topics is None or (header.api_version == 0 and not topics):
+        return None
+    found = []
+    for t in topics:
+        name = getattr(t, "name", None)
+        topic_id = getattr(t, "topic_id", None)
+        info = ctx.topics.get(name) if name is not None else ctx.topics.by_id(topic_id) if topic_id else None
+        found.append((name, topic_id, info))
+    return found
+
+
+def _auto_create(ctx, name):
+    try:
+        return ctx.topics.create(name, ctx.config["num.partitions"]), ErrorCode.none
+    except TopicError as exc:
+        if exc.code == 36:  # created meanwhile by another client
+            return ctx.topics.get(name), ErrorCode.none
+        log.info("auto-creating topic %r refused: %s", name, exc)
+        return None, ErrorCode(exc.code)
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    me = ctx.identity
+    ctx.topics.refresh()  # topics created, grown or deleted through the other workers
+    requested = _requested(ctx, header, request)
+    allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
+    entries = []
+    if requested is None:
+        entries = [(t.name, t, ErrorCode.none) for t in ctx.topics.all()]
+    else:
+        for name, topic_id, info in requested:
+            error = ErrorCode.none
+            if info is None and name is not None and allow_create:
+                info, error = _auto_create(ctx, name)
+            elif info is None:
+                error = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
+            entries.append((name, info, error))
+    topics = []
+    for name, info, error in entries:
+        partitions = ()
+        if info is not None:
+            partitions = tuple(
+                make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p, leader_id=me.broker_id,
+                     leader_epoch=0, replica_nodes=(me.broker_id,), isr_nodes=(me.broker_id,), offline_replicas=())
+                for p in range(info.partitions))
+        topics.append(make(
+            m.MetadataResponseTopic, error_code=error, name=info.name if info else name,
+            topic_id=info.topic_id if info else None, is_internal=bool(info and info.is_internal),
+            partitions=partitions, topic_authorized_operations=_NO_OPERATIONS))
+    broker = make(m.MetadataResponseBroker, node_id=me.broker_id, host=me.host, port=me.port, rack=None)
+    return make(m.MetadataResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=(broker,), cluster_id=me.cluster_id,
+                controller_id=me.broker_id, topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)

@@ -1,0 +1,32 @@
+"""OffsetForLeaderEpoch (23): the end offset of the largest leader epoch at or
+below the one asked about, from the partition's leader-epoch-checkpoint."""
+
+import asyncio
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.peers import PeerUnavailable
+
+API_KEY = 23
+
+
+async def _one(ctx, topic, p):
+    info = ctx.topics.get(topic, p.partition)
+    if info is None or not 0 <= p.partition < info.partitions:
+        return ErrorCode.unknown_topic_or_partition.value, -1, -1
+    try:
+        return await ctx.call_owner(topic, p.partition, "end_offset_for_epoch", p.leader_epoch)
+    except PeerUnavailable:
+        return ErrorCode.not_leader_or_follower.value, -1, -1
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    work = [(t.topic, p) for t in request.topics for p in t.partitions]
+    results = await asyncio.gather(*(_one(ctx, topic, p) for topic, p in work))
+    by_topic: dict[str, list] = {}
+    for (topic, p), (error, epoch, end) in zip(work, results):
+        by_topic.setdefault(topic, []).append(make(m.EpochEndOffset, error_code=ErrorCode(error), partition=p.partition,
+                                                   leader_epoch=epoch, end_offset=end))
+    return make(m.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        make(m.OffsetForLeaderTopicResult, topic=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))

@@ -1,0 +1,197 @@
+"""What the owning worker does for its partitions (the single writer).
+
+Every method takes plain values and returns plain tuples, so the same call
+works in-process and through the intra-broker channel (``peers``).  Reads
+return where the batches are (segment path, position, size) rather than the
+bytes: the worker that holds the client's socket sends them with ``sendfile``
+itself, so bytes never cross the channel on the read path.
+
+Error codes are Kafka's (ints); 0 is success.
+"""
+
+import asyncio
+import logging
+import os
+import shutil
+
+from hpbroker.records import decode_message_set, encode_batch
+from hpbroker.storage import filenames
+from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
+from hpbroker.storage.log import now_ms
+from hpbroker.workers.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_SERVER_ERROR = -1
+
+# ListOffsets special timestamps.
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+def storage_error_code(exc: Exception) -> int:
+    """The Kafka error code a storage failure is answered with."""
+    if isinstance(exc, StorageError):
+        return exc.error_code
+    return KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else UNKNOWN_SERVER_ERROR
+
+
+class PartitionService:
+    def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0):
+        self.logs = logs
+        self.topics = topics
+        self.leader_epoch = leader_epoch
+        self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
+
+    def _log(self, topic: str, partition: int):
+        found = self.logs.get_log(topic, partition)
+        if found is not None:
+            return found
+        # Opening creates the directory: first make sure the topic was not just
+        # deleted through another worker.
+        self.topics.refresh()
+        info = self.topics.get(topic, partition)
+        if info is None or not 0 <= partition < info.partitions:
+            return None
+        return self.logs.get_or_create_log(topic, partition, topic_id=info.topic_id)
+
+    # --- writing ---------------------------------------------------------------
+    def append(self, topic: str, partition: int, records) -> tuple:
+        """Returns (error, base offset, log append time, log start offset, message)."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None
+        try:
+            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
+        except StorageError as exc:
+            log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
+            return storage_error_code(exc), -1, -1, partition_log.log_start_offset, str(exc)
+        except OSError as exc:
+            log.error("produce to %s-%d failed writing: %s", topic, partition, exc)
+            return KAFKA_STORAGE_ERROR, -1, -1, partition_log.log_start_offset, str(exc)
+        self._wake(topic, partition)
+        return NONE, info.first_offset, info.log_append_time, partition_log.log_start_offset, None
+
+    def _wake(self, topic: str, partition: int) -> None:
+        for future in self._waiters.pop((topic, partition), ()):
+            if not future.done():
+                future.set_result(True)
+
+    # --- reading ---------------------------------------------------------------
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> tuple:
+        """Where the whole batches from ``offset`` are, up to the high watermark:
+        (error, high watermark, last stable offset, log start, path, position, size)."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, 0, 0
+        hw = partition_log.written_offset
+        start = partition_log.log_start_offset
+        try:
+            found = partition_log.read(offset, max_bytes)
+        except OffsetOutOfRangeError:
+            return OFFSET_OUT_OF_RANGE, hw, hw, start, None, 0, 0
+        if found is None:
+            return NONE, hw, hw, start, None, 0, 0
+        return NONE, hw, hw, start, found.segment.log_path, found.position, found.size
+
+    async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
+        """True once the partition holds data at or beyond ``offset`` (or it
+        does now); False after ``timeout_s``.  For long-poll fetches."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None or partition_log.written_offset > offset:
+            return True
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault((topic, partition), []).append(future)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            waiters = self._waiters.get((topic, partition))
+            if waiters and future in waiters:
+                waiters.remove(future)
+
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple:
+        """Kafka's ListOffsets for one partition: (error, offset, timestamp, leader epoch)."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+        epoch = self.leader_epoch
+        if timestamp in (LATEST, LATEST_TIERED):
+            return NONE, partition_log.written_offset, -1, epoch
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            return NONE, partition_log.log_start_offset, -1, epoch
+        if timestamp == MAX_TIMESTAMP:
+            found = partition_log.offset_of_max_timestamp()
+        elif timestamp < 0:
+            return UNKNOWN_SERVER_ERROR, -1, -1, -1
+        else:
+            found = partition_log.offset_for_timestamp(timestamp)
+        if found is None:
+            return NONE, -1, -1, epoch
+        return NONE, found[0], found[1], epoch
+
+    def offsets(self, topic: str, partition: int) -> tuple:
+        """(error, log start, high watermark, leader epoch)."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+        return NONE, partition_log.log_start_offset, partition_log.written_offset, self.leader_epoch
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple:
+        """OffsetForLeaderEpoch: (error, leader epoch, end offset) for the largest
+        epoch <= ``epoch`` that the log knows, or the log end."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        epochs = partition_log.leader_epochs()
+        end = partition_log.written_offset
+        if not epochs or epoch >= epochs[-1][0]:
+            return NONE, epochs[-1][0] if epochs else self.leader_epoch, end
+        for i, (e, _start) in enumerate(epochs):
+            if e > epoch:
+                return NONE, epochs[i - 1][0] if i else -1, epochs[i][1] if i else -1
+        return NONE, self.leader_epoch, end
+
+    # --- deleting --------------------------------------------------------------
+    def delete_records(self, topic: str, partition: int, offset: int) -> tuple:
+        """DeleteRecords: (error, new low watermark); -1 means up to the high watermark."""
+        partition_log = self._log(topic, partition)
+        if partition_log is None:
+            return UNKNOWN_TOPIC_OR_PARTITION, -1
+        target = partition_log.written_offset if offset == -1 else offset
+        try:
+            return NONE, partition_log.delete_records_before(target)
+        except OffsetOutOfRangeError:
+            return OFFSET_OUT_OF_RANGE, partition_log.log_start_offset
+
+    def delete_partition(self, topic: str, partition: int) -> int:
+        """Remove a partition of a deleted topic, open or not."""
+        if self.logs.delete_log(topic, partition):
+            return NONE
+        for log_dir in self.logs.log_dirs:
+            path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
+            if os.path.isdir(path):
+                doomed = os.path.join(log_dir, filenames.delete_dir_name(topic, partition))
+                os.rename(path, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        self._wake(topic, partition)
+        return NONE
+
+    def tick(self) -> None:
+        self.topics.refresh()  # notice topics deleted or grown through other workers
+        self.logs.tick(now_ms())
+
+
+def _as_v2(records):
+    """Produce v0-v2 carry legacy message sets; the log holds only v2 batches."""
+    if records is None or len(records) < 17 or records[16] == 2:
+        return records if isinstance(records, (bytearray, memoryview)) else bytearray(records or b"")
+    converted = decode_message_set(bytes(records))
+    return bytearray(encode_batch(converted, base_offset=converted[0].offset if converted else 0))

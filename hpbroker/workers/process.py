@@ -1,0 +1,197 @@
+"""A worker process: pinned to one core, owning some partitions, serving the
+client connections the acceptor hands it.
+
+Control channel with the acceptor (a SOCK_SEQPACKET socketpair), one message
+per packet:
+
+* acceptor -> worker: ``conn`` with a client socket attached (SCM_RIGHTS),
+  ``stop`` (finish in-flight requests, flush, write checkpoints, exit 0);
+* worker -> acceptor: ``ready`` once booted, ``hb N`` every heartbeat interval
+  (N = open connections), ``closed`` when a client connection ends,
+  ``boot-failed <why>`` before exiting with ``BOOT_FAILURE_EXIT``.
+"""
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from hpbroker.server.config import BrokerConfig
+from hpbroker.server.ownership import partition_owner
+from hpbroker.storage import LogManager
+from hpbroker.workers.connection import KafkaConnection
+from hpbroker.workers.context import BrokerIdentity, WorkerContext
+from hpbroker.workers.handlers import ROUTES
+from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.peers import PeerClient, PeerServer
+from hpbroker.workers.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+BOOT_FAILURE_EXIT = 3
+TICK_S = 0.1
+
+
+class Worker:
+    def __init__(self, index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,
+                 clean_shutdown: bool, cluster_id: str):
+        self.index = index
+        self.workers = workers
+        self.config = config
+        self.control = control
+        self.broker_tag = broker_tag
+        self.clean_shutdown = clean_shutdown
+        self.cluster_id = cluster_id
+        self.connections: set[KafkaConnection] = set()
+        self.stopping: asyncio.Event | None = None
+
+    # --- boot ----------------------------------------------------------------
+    def boot(self) -> None:
+        cfg = self.config
+        self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
+        self.logs = LogManager(
+            cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
+            topic_config=self.topics.topic_configs,
+            retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
+            checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
+            owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
+            manage_root=False,
+        ).open(clean_shutdown=self.clean_shutdown)
+        self.service = PartitionService(self.logs, self.topics)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        for sig in (signal.SIGTERM,):
+            loop.add_signal_handler(sig, self.stopping.set)
+        self.peers = PeerClient(self.broker_tag)
+        self.peer_server = PeerServer(self.broker_tag, self.index, self.service)
+        await self.peer_server.start()
+        listener = self.config.advertised
+        identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
+        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.service, self.peers)
+        self.control.setblocking(False)
+        loop.add_reader(self.control.fileno(), self._on_control)
+        self._send(b"ready")
+        ticker = loop.create_task(self._tick())
+        heartbeat = loop.create_task(self._heartbeat())
+        await self.stopping.wait()
+        loop.remove_reader(self.control.fileno())
+        await self._close_connections()
+        ticker.cancel()
+        heartbeat.cancel()
+        self.peer_server.close()
+        self.peers.close()
+        self.ctx.segment_files.close()
+        self.logs.close()
+        log.info("worker %d stopped: partitions flushed, checkpoints written", self.index)
+
+    # --- control channel -----------------------------------------------------------
+    def _send(self, message: bytes) -> None:
+        try:
+            self.control.send(message)
+        except (BlockingIOError, OSError) as exc:
+            log.warning("control channel: %s", exc)
+
+    def _on_control(self) -> None:
+        while True:
+            try:
+                message, fds, _flags, _addr = socket.recv_fds(self.control, 256, 8)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.error("control channel failed (%s); stopping", exc)
+                self.stopping.set()
+                return
+            if not message and not fds:
+                log.error("the acceptor went away; stopping")
+                self.stopping.set()
+                return
+            if message == b"conn":
+                for fd in fds:
+                    self._adopt(fd)
+            else:
+                for fd in fds:
+                    os.close(fd)
+                if message == b"stop":
+                    self.stopping.set()
+
+    def _adopt(self, fd: int) -> None:
+        sock = socket.socket(fileno=fd)
+        if self.stopping.is_set():
+            sock.close()
+            return
+        sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = KafkaConnection(self.ctx, ROUTES, self._closed)
+        self.connections.add(connection)
+        asyncio.get_running_loop().create_task(self._attach(sock, connection))
+
+    async def _attach(self, sock, connection) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock)
+        except OSError as exc:
+            log.warning("could not adopt a connection: %s", exc)
+            self._closed(connection)
+
+    def _closed(self, connection) -> None:
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self._send(b"closed")
+
+    async def _close_connections(self) -> None:
+        """Stop reading, let each connection finish the request it is on, close."""
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.pause_reading()
+                connection.queue.put_nowait(None)
+        tasks = [c.task for c in self.connections if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config["shutdown.timeout.ms"] / 1000)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.close()
+
+    # --- periodic work ---------------------------------------------------------------
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self.service.tick()
+            except OSError:
+                log.exception("periodic flush / retention / checkpoint failed")
+
+    async def _heartbeat(self) -> None:
+        interval = self.config["worker.heartbeat.interval.ms"] / 1000
+        while True:
+            self._send(b"hb %d" % len(self.connections))
+            await asyncio.sleep(interval)
+
+
+def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,
+               clean_shutdown: bool, cluster_id: str, cpu: int | None) -> int:
+    """The body of a forked worker; returns its exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C reaches the acceptor, which stops us in order
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if cpu is not None:
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as exc:
+            log.warning("worker %d: could not pin to CPU %d: %s", index, cpu, exc)
+    worker = Worker(index, workers, config, control, broker_tag, clean_shutdown, cluster_id)
+    try:
+        worker.boot()
+    except Exception as exc:
+        log.exception("worker %d failed to boot", index)
+        try:
+            control.send(b"boot-failed " + str(exc).encode()[:200])
+        except OSError:
+            pass
+        return BOOT_FAILURE_EXIT
+    log.info("worker %d up on CPU %s, owning %d partitions", index, cpu, len(worker.logs.logs()))
+    asyncio.run(worker.serve())
+    return 0

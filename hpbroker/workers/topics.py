@@ -1,0 +1,258 @@
+"""The topics of a standalone broker, read from the log directories themselves.
+
+A topic exists when its partition directories do (``<topic>-<p>``, each with
+``partition.metadata`` naming the topic id), which is also how Kafka's own
+layout records it; per-topic config overrides live in one JSON file at the root
+of the first log dir.  Every worker keeps a copy and rereads the directories
+when one of them changed (a created or removed entry changes the directory's
+mtime), so topics created through any worker are seen by all without messages.
+
+Creating and removing topics is serialised across processes by a lock file;
+the partition directories are created here, empty, and their owners open them
+on first use.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage.config import ConfigError, LogConfig
+
+CONFIGS_FILE = "hpbroker-topic-configs.json"
+LOCK_FILE = ".hpbroker-topics.lock"
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class TopicError(Exception):
+    """A topic operation that Kafka answers with an error code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# Kafka's error codes for the topic operations.
+TOPIC_ALREADY_EXISTS = 36
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_CONFIG = 40
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+def validate_name(name: str) -> None:
+    if not name or name in (".", "..") or not _LEGAL_NAME.match(name):
+        raise TopicError(INVALID_TOPIC_EXCEPTION,
+                         f"topic name {name!r} is illegal: 1-249 characters of [a-zA-Z0-9._-], not . or ..")
+
+
+class TopicRegistry:
+    def __init__(self, log_dirs: list[str], log_config: LogConfig):
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.log_config = log_config
+        self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._stamp = None
+        self.refresh()
+
+    # --- reading -------------------------------------------------------------
+    def _current_stamp(self):
+        stamps = []
+        for d in self.log_dirs:
+            try:
+                stamps.append(os.stat(d).st_mtime_ns)
+            except FileNotFoundError:
+                stamps.append(None)
+        try:
+            stamps.append(os.stat(self._configs_path).st_mtime_ns)
+        except FileNotFoundError:
+            stamps.append(None)
+        return tuple(stamps)
+
+    @property
+    def _configs_path(self) -> str:
+        return os.path.join(self.log_dirs[0], CONFIGS_FILE)
+
+    def refresh(self, force: bool = False) -> None:
+        stamp = self._current_stamp()
+        if stamp == self._stamp and not force:
+            return
+        self._stamp = stamp
+        counts: dict[str, int] = {}
+        dirs: dict[str, str] = {}
+        for log_dir in self.log_dirs:
+            try:
+                names = os.listdir(log_dir)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                parsed = filenames.parse_partition_dir(name)
+                if parsed is None:
+                    continue
+                topic, partition = parsed
+                counts[topic] = max(counts.get(topic, 0), partition + 1)
+                dirs.setdefault(topic, os.path.join(log_dir, name))
+        configs = self._read_configs()
+        topics = {}
+        for topic, count in counts.items():
+            known = self._topics.get(topic)
+            topic_id = known.topic_id if known else _read_topic_id(dirs[topic])
+            if topic_id is None:
+                # Written before partition.metadata existed (Kafka < 2.8): a stable stand-in.
+                topic_id = uuid.uuid5(uuid.NAMESPACE_URL, "hpbroker-topic:" + topic)
+            topics[topic] = TopicInfo(topic, topic_id, count, configs.get(topic, {}))
+        self._topics = topics
+        self._by_id = {t.topic_id: t for t in topics.values()}
+
+    def _read_configs(self) -> dict:
+        try:
+            with open(self._configs_path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, name: str, partition: int = 0) -> TopicInfo | None:
+        """The topic, rereading the directories first when it (or ``partition``)
+        is not known yet: another worker may have just created it."""
+        found = self._topics.get(name)
+        if found is None or partition >= found.partitions:
+            self.refresh()
+            found = self._topics.get(name)
+        return found
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        found = self._by_id.get(topic_id)
+        if found is None:
+            self.refresh()
+            found = self._by_id.get(topic_id)
+        return found
+
+    def all(self) -> list[TopicInfo]:
+        self.refresh()
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def log_config(self, name: str) -> LogConfig:
+        info = self._topics.get(name)
+        return self.log_config.with_overrides(info.configs if info else {})
+
+    def topic_configs(self, name: str) -> dict:
+        """Callback for LogManager: a topic's override keys."""
+        self.refresh()
+        info = self._topics.get(name)
+        return dict(info.configs) if info else {}
+
+    # --- changing ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self):
+        os.makedirs(self.log_dirs[0], exist_ok=True)
+        fd = os.open(os.path.join(self.log_dirs[0], LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.refresh(force=True)
+            yield
+        finally:
+            os.close(fd)
+        self.refresh(force=True)
+
+    def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False) -> TopicInfo:
+        validate_name(name)
+        if partitions < 1:
+            raise TopicError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+        configs = {k: str(v) for k, v in (configs or {}).items()}
+        try:
+            self.log_config.with_overrides(configs)
+        except ConfigError as exc:
+            raise TopicError(INVALID_CONFIG, str(exc)) from None
+        with self._locked():
+            if name in self._topics:
+                raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            clash = _collision(name, self._topics)
+            if clash:
+                raise TopicError(INVALID_TOPIC_EXCEPTION, f"topic {name!r} collides with existing topic {clash!r} ('.' and '_' collide in metric names)")
+            info = TopicInfo(name, checkpoints.new_kafka_uuid(), partitions, configs)
+            if validate_only:
+                return info
+            if configs:
+                self._write_configs({**self._read_configs(), name: configs})
+            self._make_partition_dirs(info, range(partitions))
+        return self._topics.get(name, info)
+
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+        with self._locked():
+            info = self._topics.get(name)
+            if info is None:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            if count <= info.partitions:
+                raise TopicError(INVALID_PARTITIONS,
+                                 f"topic {name!r} has {info.partitions} partitions; the new count must be larger, got {count}")
+            if not validate_only:
+                self._make_partition_dirs(info, range(info.partitions, count))
+        return self._topics[name]
+
+    def forget_configs(self, name: str) -> None:
+        with self._locked():
+            configs = self._read_configs()
+            if configs.pop(name, None) is not None:
+                self._write_configs(configs)
+
+    def set_configs(self, name: str, configs: dict) -> None:
+        configs = {k: str(v) for k, v in configs.items()}
+        try:
+            self.log_config.with_overrides(configs)
+        except ConfigError as exc:
+            raise TopicError(INVALID_CONFIG, str(exc)) from None
+        with self._locked():
+            if name not in self._topics:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            self._write_configs({**self._read_configs(), name: configs})
+
+    def _write_configs(self, configs: dict) -> None:
+        checkpoints.write_atomically(self._configs_path, json.dumps(configs, indent=1, sort_keys=True) + "\n")
+
+    def _make_partition_dirs(self, info: TopicInfo, partitions) -> None:
+        for partition in partitions:
+            log_dir = self.log_dirs[(zlib.crc32(info.name.encode()) + partition) % len(self.log_dirs)]
+            path = os.path.join(log_dir, filenames.partition_dir_name(info.name, partition))
+            tmp = path + ".creating"
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            checkpoints.write_partition_metadata(os.path.join(tmp, filenames.PARTITION_METADATA), info.topic_id)
+            os.rename(tmp, path)  # appears whole, metadata included
+
+
+def _read_topic_id(partition_dir: str) -> uuid.UUID | None:
+    path = os.path.join(partition_dir, filenames.PARTITION_METADATA)
+    try:
+        return checkpoints.read_partition_metadata(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _collision(name: str, topics: dict) -> str | None:
+    folded = name.replace(".", "_")
+    for other in topics:
+        if other != name and other.replace(".", "_") == folded:
+            return other
+    return None

@@ -1,0 +1,54 @@
+"""The broker's configuration: Kafka's names, files, overrides, unknown keys."""
+
+import pytest
+
+from hpbroker.server.config import BrokerConfig, parse_listener, parse_overrides, read_properties_file
+from hpbroker.storage.config import ConfigError
+
+
+def test_defaults_are_kafkas(tmp_path):
+    config = BrokerConfig.from_sources(overrides={"log.dirs": str(tmp_path)})
+    assert config["num.partitions"] == 1 and config["auto.create.topics.enable"] is True
+    assert config["socket.request.max.bytes"] == 104857600
+    assert config.log.segment_bytes == 1 << 30 and config.log_dirs == [str(tmp_path)]
+    assert (config.listener.host, config.listener.port) == ("127.0.0.1", 9092)
+    assert config.num_workers >= 1
+
+
+def test_file_then_overrides(tmp_path):
+    path = tmp_path / "server.properties"
+    path.write_text("# a comment\n! another\nlog.dirs=/var/lib/a,/var/lib/b\nnum.partitions : 3\n"
+                    "log.segment.bytes 1048576\nlisteners=PLAINTEXT://0.0.0.0:9093\n\n")
+    config = BrokerConfig.from_sources(file=str(path), overrides=parse_overrides(["num.partitions=5"]))
+    assert config.log_dirs == ["/var/lib/a", "/var/lib/b"]
+    assert config["num.partitions"] == 5 and config.log.segment_bytes == 1 << 20
+    assert config.listener.port == 9093 and config.advertised.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"log.segmnet.bytes": "1"}, "unknown config key 'log.segmnet.bytes'"),
+    ({"num.partitions": "many"}, "invalid value 'many' for num.partitions"),
+    ({"log.segment.bytes": "1"}, "must be at least"),
+    ({"auto.create.topics.enable": "yes"}, "expected true or false"),
+])
+def test_bad_settings_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_sources(overrides=overrides)
+
+
+def test_listener_forms():
+    assert parse_listener("PLAINTEXT://[::1]:9092").host == "::1"
+    assert parse_listener("127.0.0.1:19092").port == 19092
+    for bad in ("SSL://h:1", "h:port", "PLAINTEXT://h"):
+        with pytest.raises(ConfigError):
+            parse_listener(bad)
+
+
+def test_overrides_need_an_equals_sign():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["num.partitions"])
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_properties_file(str(tmp_path / "nope.properties"))
