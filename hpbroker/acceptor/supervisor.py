@@ -93,6 +93,8 @@ class Supervisor:
         self.root = LogManager(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, manage_root=True)
         try:
             self.clean = self.root.open_root()
+        except OSError as exc:
+            raise BrokerStartError(f"cannot use log dir {exc.filename}: {exc.strerror}") from None
         except Exception as exc:
             raise BrokerStartError(str(exc)) from None
         self.cluster_id = self.root.cluster_id

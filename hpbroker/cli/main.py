@@ -7,7 +7,7 @@ from hpbroker.cli import dump_log, serve
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="hpbroker", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hpbroker", description="hpbroker: a Kafka-compatible log broker.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in (serve, dump_log):
