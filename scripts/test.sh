@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what the tests need into .venv and runs them.  Extra arguments go to pytest.
+# Installs what the tests need (Debian packages, then .venv) and runs them.
+# Extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/ensure-system-packages.sh"
 source "$ROOT/scripts/ensure-venv.sh" test
 cd "$ROOT"
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -14,10 +14,19 @@ the loop); the loop dispatches to ``handle_<signal>``:
 * SIGCHLD: reap; a worker that died after booting is restarted (its
   partitions are reopened and recovered); one that could not boot stops the
   broker with its reason instead of looping;
-* SIGHUP: reread nothing yet, log that a restart applies new settings.
+* SIGHUP: reread the configuration and hand the workers what can change
+  live (the log settings: retention, flush, roll, ...); settings that shape the
+  process tree (listeners, log.dirs, num.workers, ...) are reported as needing
+  a restart.
+
+Under systemd (``Type=notify``) it reports READY=1 once every worker booted
+(recovery included), a STATUS= line with live figures, WATCHDOG=1 while the
+workers answer their heartbeats, RELOADING=1 / STOPPING=1 around reloads and
+stops.
 """
 
 import errno
+import json
 import logging
 import os
 import selectors
@@ -26,14 +35,20 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from hpbroker.acceptor.notify import Notifier
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import LogManager
+from hpbroker.storage.config import ConfigError
 
 log = logging.getLogger(__name__)
 
 BOOT_FAILURE_EXIT = 3  # the worker's own (hpbroker.workers.process)
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+STATUS_INTERVAL_S = 5.0
+# Settings that shape the process tree or the directories: a reload cannot change them.
+RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
+                               "num.workers", "zookeeper.connect", "socket.request.max.bytes"})
 
 
 class BrokerStartError(Exception):
@@ -52,6 +67,9 @@ class WorkerSlot:
     restarts: list = field(default_factory=list)  # monotonic times of recent restarts
     boot_error: str = ""
     exit_code: int | None = None
+    partitions: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
 
 
 def systemd_listener() -> socket.socket | None:
@@ -75,8 +93,13 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, reload_config=None):
         self.config = config
+        self.reload_config = reload_config  # () -> BrokerConfig from the same sources, for SIGHUP
+        self.notifier = Notifier()
+        self.announced_ready = False
+        self.last_watchdog = self.last_status = 0.0
+        self.last_totals = (0, 0, time.monotonic())
         self.selector = selectors.DefaultSelector()
         self.pending_signals: list[int] = []
         self.stopping = False
@@ -175,11 +198,40 @@ class Supervisor:
             if self.stopping:
                 return self._finish_stop()
             now = time.monotonic()
+            healthy = True
             for slot in self.slots:
                 if slot.pid and slot.ready and now - slot.last_heartbeat > timeout_s:
                     log.error("worker %d (pid %d) missed heartbeats for %.0f s; killing it", slot.index, slot.pid,
                               now - slot.last_heartbeat)
                     _kill(slot.pid, signal.SIGKILL)
+                    healthy = False
+            self._report(now, healthy)
+
+    def _report(self, now: float, healthy: bool) -> None:
+        """sd_notify: READY once all workers booted, then status and watchdog."""
+        if not self.announced_ready and all(s.ready for s in self.slots):
+            self.announced_ready = True
+            self.notifier.ready(self.status_line(now))
+            log.info("ready: %d workers serving", len(self.slots))
+        if not self.announced_ready:
+            return
+        if self.notifier.watchdog_s and healthy and now - self.last_watchdog >= self.notifier.watchdog_s / 2:
+            self.last_watchdog = now
+            self.notifier.watchdog()
+        if now - self.last_status >= STATUS_INTERVAL_S:
+            self.last_status = now
+            self.notifier.status(self.status_line(now))
+
+    def status_line(self, now: float) -> str:
+        ready = sum(1 for s in self.slots if s.ready)
+        total_in = sum(s.bytes_in for s in self.slots)
+        total_out = sum(s.bytes_out for s in self.slots)
+        prev_in, prev_out, prev_t = self.last_totals
+        elapsed = max(now - prev_t, 1e-3)
+        rate_in, rate_out = max(total_in - prev_in, 0) / elapsed / 1e6, max(total_out - prev_out, 0) / elapsed / 1e6
+        self.last_totals = (total_in, total_out, now)
+        return (f"{ready}/{len(self.slots)} workers, {sum(s.connections for s in self.slots)} connections, "
+                f"{sum(s.partitions for s in self.slots)} partitions, in {rate_in:.1f} MB/s, out {rate_out:.1f} MB/s")
 
     def _drain_wakeup(self) -> None:
         try:
@@ -234,7 +286,7 @@ class Supervisor:
             elif message == b"closed":
                 slot.connections = max(0, slot.connections - 1)
             elif message.startswith(b"hb "):
-                slot.connections = int(message[3:])
+                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = map(int, message[3:].split())
             elif message.startswith(b"boot-failed"):
                 slot.boot_error = message[len(b"boot-failed "):].decode(errors="replace")
 
@@ -247,7 +299,31 @@ class Supervisor:
     handle_sigint = handle_sigterm
 
     def handle_sighup(self) -> None:
-        log.info("SIGHUP: configuration is read at start; restart the broker to apply changes")
+        self.notifier.reloading()
+        try:
+            if self.reload_config is None:
+                raise ConfigError("this broker was started without a reloadable configuration")
+            new = self.reload_config()
+            new.validate()
+        except ConfigError as exc:
+            log.error("reload failed, keeping the running settings: %s", exc)
+            self.notifier.ready(f"reload failed: {exc}")
+            return
+        changed = sorted(k for k in set(new.props) | set(self.config.props) if new.props.get(k) != self.config.props.get(k))
+        frozen = [k for k in changed if k in RESTART_ONLY_KEYS]
+        live = {k: v for k, v in new.props.items() if k not in RESTART_ONLY_KEYS}
+        live.update({k: v for k, v in self.config.props.items() if k in RESTART_ONLY_KEYS})
+        message = b"reload " + json.dumps(live).encode()
+        for slot in self.slots:
+            if slot.control is not None:
+                try:
+                    slot.control.send(message)
+                except OSError as exc:
+                    log.warning("could not send the reload to worker %d: %s", slot.index, exc)
+        self.config = BrokerConfig.from_sources(overrides=live)
+        log.info("reloaded: changed %s%s", ", ".join(changed) or "nothing",
+                 f"; {', '.join(frozen)} need a restart" if frozen else "")
+        self.notifier.ready(self.status_line(time.monotonic()))
 
     def handle_sigchld(self) -> None:
         while True:
@@ -292,6 +368,7 @@ class Supervisor:
 
     # --- stop ----------------------------------------------------------------------
     def _finish_stop(self) -> int:
+        self.notifier.stopping()
         try:
             self.selector.unregister(self.listener)
         except (KeyError, ValueError):
@@ -355,8 +432,3 @@ def _warm_up_kernels() -> None:
     scan_batches(np.frombuffer(encode_batch([Record(0, 0, None, b"")]), np.uint8))
     import hpbroker.workers.process  # noqa: F401  (and the handlers, protocol, kio)
 
-
-def serve(config: BrokerConfig) -> int:
-    supervisor = Supervisor(config)
-    supervisor.start()
-    return supervisor.run()

@@ -33,20 +33,26 @@ def run(args) -> int:
     from hpbroker.server.config import BrokerConfig, parse_overrides
 
     _setup_logging(args.log_level)
-    try:
+
+    def load() -> BrokerConfig:
+        """The configuration from the command line's sources; SIGHUP calls it again."""
         overrides = parse_overrides(args.set)
         if args.data_dir:
             overrides["log.dirs"] = args.data_dir
         if args.listen:
             overrides["listeners"] = "PLAINTEXT://" + args.listen
         config = BrokerConfig.from_sources(file=args.config, overrides=overrides)
-        if not args.config and "log.dirs" not in config.props and "log.dir" not in config.props:
-            config = BrokerConfig.from_sources(overrides={**overrides, "log.dirs": "./data"})
+        if "log.dirs" not in config.props and "log.dir" not in config.props:
+            config = BrokerConfig.from_sources(file=args.config, overrides={**overrides, "log.dirs": "./data"})
+        return config
+
+    try:
+        config = load()
         config.validate()
     except ConfigError as exc:
         print(f"hpbroker serve: {exc}", file=sys.stderr)
         return 2
-    supervisor = Supervisor(config)
+    supervisor = Supervisor(config, load)
     try:
         supervisor.start()
     except BrokerStartError as exc:

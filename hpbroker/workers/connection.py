@@ -58,6 +58,7 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        self.ctx.bytes_in += len(data)
         try:
             frames = self.splitter.feed(data)
         except FrameTooLarge as exc:
@@ -139,6 +140,8 @@ class KafkaConnection(asyncio.Protocol):
         for piece in pieces:
             if isinstance(piece, FileRegion):
                 await loop.sendfile(self.transport, _RegionFile(piece.fd), piece.position, piece.size, fallback=False)
+                self.ctx.bytes_out += piece.size
             else:
                 self.transport.write(piece)
+                self.ctx.bytes_out += len(piece)
         await self.writable.wait()  # a slow reader: the transport asked us to pause

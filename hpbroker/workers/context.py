@@ -64,7 +64,8 @@ class WorkerContext:
         self.peers = peers
         self.segment_files = SegmentFiles()
         self.producer_ids = ProducerIdAllocator(topics.log_dirs[0])
-        self.connections = 0
+        self.bytes_in = 0  # request bytes read from clients, for the acceptor's status line
+        self.bytes_out = 0
 
     def owner(self, topic: str, partition: int) -> int:
         return partition_owner(topic, partition, self.workers)

@@ -5,13 +5,16 @@ Control channel with the acceptor (a SOCK_SEQPACKET socketpair), one message
 per packet:
 
 * acceptor -> worker: ``conn`` with a client socket attached (SCM_RIGHTS),
-  ``stop`` (finish in-flight requests, flush, write checkpoints, exit 0);
-* worker -> acceptor: ``ready`` once booted, ``hb N`` every heartbeat interval
-  (N = open connections), ``closed`` when a client connection ends,
+  ``stop`` (finish in-flight requests, flush, write checkpoints, exit 0),
+  ``reload <json>`` (new settings; the log settings apply live);
+* worker -> acceptor: ``ready`` once booted, ``hb C P I O`` every heartbeat
+  interval (open connections, open partitions, bytes in and out so far),
+  ``closed`` when a client connection ends,
   ``boot-failed <why>`` before exiting with ``BOOT_FAILURE_EXIT``.
 """
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -116,6 +119,23 @@ class Worker:
                     os.close(fd)
                 if message == b"stop":
                     self.stopping.set()
+                elif message.startswith(b"reload "):
+                    self._reload(json.loads(message[len(b"reload "):]))
+
+    def _reload(self, props: dict) -> None:
+        """Apply new log settings (retention, flush, roll, ...) to every open log."""
+        try:
+            config = BrokerConfig.from_sources(overrides=props)
+        except Exception as exc:
+            log.error("reload refused: %s", exc)
+            return
+        self.config = config
+        self.ctx.config = config
+        self.topics.log_config = config.log
+        self.logs.config = config.log
+        for (topic, _partition), partition_log in self.logs.logs().items():
+            partition_log.config = config.log.with_overrides(self.topics.topic_configs(topic))
+        log.info("worker %d applied the reloaded log settings", self.index)
 
     def _adopt(self, fd: int) -> None:
         sock = socket.socket(fileno=fd)
@@ -166,7 +186,8 @@ class Worker:
     async def _heartbeat(self) -> None:
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
         while True:
-            self._send(b"hb %d" % len(self.connections))
+            self._send(b"hb %d %d %d %d" % (len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
+                                            self.ctx.bytes_out))
             await asyncio.sleep(interval)
 
 

@@ -1,0 +1,12 @@
+# Sourced by test.sh: Debian packages the tests drive for real (kcat: Debian's
+# librdkafka 2.0.2 client).  Installed only when missing.
+set -euo pipefail
+NEEDED=()
+command -v kcat >/dev/null 2>&1 || NEEDED+=(kcat)
+command -v systemd-analyze >/dev/null 2>&1 || NEEDED+=(systemd)
+if [ "${#NEEDED[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
+    echo "installing Debian packages for the tests: ${NEEDED[*]}" >&2
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${NEEDED[@]}" >/dev/null
+fi
