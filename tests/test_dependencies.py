@@ -12,6 +12,7 @@ ALLOWED = {
     "kernels": set(),
     "protocol": set(),
     "records": {"kernels"},
+    "spark": {"storage", "kernels", "records"},
     "storage": {"kernels", "records"},
 }
 

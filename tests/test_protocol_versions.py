@@ -13,8 +13,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker" / "protoco
 
 # What each target client sends when we let it (design.md section 2), by api key.
 OBSERVED = {
-    "librdkafka 2.16": {3: 13, 0: 10, 1: 16, 2: 7},
-    "kafka-python 3": {18: 4, 3: 13, 0: 9, 1: 12, 2: 11, 10: 6},
+    "librdkafka 2.16": {3: 13, 0: 10, 1: 16, 2: 7, 11: 5, 14: 3, 8: 9, 9: 9},
+    "kafka-python 3": {18: 4, 3: 13, 0: 9, 1: 12, 2: 11, 10: 6, 11: 7},
     "aiokafka 0.14": {18: 0, 3: 5, 0: 7, 1: 11, 2: 3, 10: 1},
 }
 
@@ -26,6 +26,8 @@ LIBRDKAFKA_PROBES = {
     "IdempotentProducer": {22: (0, 0)},
     "OffsetTime": {2: (1, 1)},
     "ApiVersion": {18: (0, 0)},
+    "BrokerGroupCoordinator": {10: (0, 0)},
+    "BrokerBalancedConsumer": {10: (0, 0), 8: (1, 2), 9: (1, 1), 11: (0, 0), 14: (0, 0), 12: (0, 0), 13: (0, 0)},
 }
 
 

@@ -29,6 +29,7 @@ import errno
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import socket
@@ -374,13 +375,14 @@ class Supervisor:
         except (KeyError, ValueError):
             pass
         self.listener.close()
+        deadline = time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
+        self._drain_workers(time.monotonic() + self.config["shutdown.timeout.ms"] / 2000)
         for slot in self.slots:
             if slot.control is not None:
                 try:
                     slot.control.send(b"stop")
                 except OSError:
                     pass
-        deadline = time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
         codes = []
         for slot in self.slots:
             if not slot.pid:
@@ -400,6 +402,31 @@ class Supervisor:
             self.root._unlock()
             log.warning("stopped; not every worker stopped cleanly, the next start recovers")
         return self.exit_code
+
+
+    def _drain_workers(self, deadline: float) -> None:
+        """Ask every worker to finish its in-flight requests and wait until all
+        say so (or die, or time runs out): only then do they close the channel
+        they forward each other's requests over."""
+        waiting = {}
+        for slot in self.slots:
+            if slot.control is not None and slot.pid:
+                try:
+                    slot.control.send(b"drain")
+                    waiting[slot.control] = slot
+                except OSError:
+                    pass
+        while waiting and time.monotonic() < deadline:
+            ready = select.select(list(waiting), [], [], max(0.0, deadline - time.monotonic()))[0]
+            for sock in ready:
+                try:
+                    message = sock.recv(512)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    message = b""
+                if message in (b"drained", b""):
+                    waiting.pop(sock, None)
 
 
 def _wait(pid: int, deadline: float) -> int | None:
@@ -426,9 +453,13 @@ def _warm_up_kernels() -> None:
     """Load the numba kernels once, before forking, so workers share them."""
     import numpy as np
 
-    from hpbroker.kernels import scan_batches
+    from hpbroker.kernels import decode_records, plan_index_entries, scan_batches
     from hpbroker.records import Record, encode_batch
 
-    scan_batches(np.frombuffer(encode_batch([Record(0, 0, None, b"")]), np.uint8))
+    view = np.frombuffer(encode_batch([Record(0, 0, None, b"")]), np.uint8)
+    scan = scan_batches(view)
+    plan_index_entries(scan.position, scan.size, scan.last_offset, scan.max_timestamp, 4096)
+    decode_records(view, scan.position + 61, scan.position + scan.size, scan.base_offset, scan.base_timestamp,
+                   scan.record_count)
     import hpbroker.workers.process  # noqa: F401  (and the handlers, protocol, kio)
 

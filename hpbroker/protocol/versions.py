@@ -39,10 +39,29 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     # Metadata: all of kio's range; librdkafka and kafka-python send 13, aiokafka 5;
     # v10+ carry topic ids, which Fetch v13+ needs.
     3: (0, 13),
-    # FindCoordinator: not a broker-issue API but librdkafka enables LZ4 (and group
-    # coordination) only if v0 is advertised; kafka-python sends 6 (batched keys),
-    # aiokafka 1. Until groups exist, answer COORDINATOR_NOT_AVAILABLE.
+    # OffsetCommit: kio's (Kafka 4's) floor is 2, which still overlaps librdkafka's
+    # BrokerBalancedConsumer probe (1..2), so subscribe() stays enabled even in
+    # librdkafka 2.0.2. Max 9 = librdkafka 2.16's; v10 names topics by id.
+    8: (2, 9),
+    # OffsetFetch: min 1 is both Kafka 4's floor and librdkafka's probe (1..1);
+    # v8+ batch groups (kafka-python admin, librdkafka 2.16 sends 9); v10 uses topic ids.
+    9: (1, 9),
+    # FindCoordinator: librdkafka enables LZ4 and group coordination only if v0 is
+    # advertised; kafka-python sends 6 (batched keys), aiokafka 1.
     10: (0, 6),
+    # JoinGroup, Heartbeat, LeaveGroup, SyncGroup: librdkafka's balanced-consumer
+    # probe needs v0 of each (Kafka 4 kept them for that); all of kio's range.
+    # librdkafka 2.16 sends JoinGroup 5 / SyncGroup 3, kafka-python JoinGroup 7;
+    # v4+ of JoinGroup use MEMBER_ID_REQUIRED, v5+ static membership, LeaveGroup v3+
+    # batches members.
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    # DescribeGroups: all of it; v6 answers GROUP_ID_NOT_FOUND for unknown groups.
+    15: (0, 6),
+    # ListGroups: all of it; v4 filters by state, v5 by type.
+    16: (0, 5),
     # ApiVersions: v0 is librdkafka's ApiVersion probe and aiokafka's request;
     # v3/v4 are the flexible ones librdkafka and kafka-python open with.
     18: (0, 4),
@@ -60,8 +79,18 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     23: (2, 4),
     # DescribeConfigs: Kafka 4's floor 1.
     32: (1, 4),
+    # AlterConfigs: Kafka 4's range; replaces a topic's overrides (the admin CLI and
+    # older tools); broker settings are static here (server.properties + SIGHUP).
+    33: (0, 2),
     # CreatePartitions: all of it.
     37: (0, 3),
+    # DeleteGroups: all of it.
+    42: (0, 2),
+    # IncrementalAlterConfigs: what current admin clients (kafka-configs, AdminClient)
+    # send to change a topic's settings.
+    44: (0, 1),
+    # OffsetDelete: all of it (only v0 exists).
+    47: (0, 0),
     # DescribeCluster: all of it (v2's fenced flag is always false here).
     60: (0, 2),
 })

@@ -40,6 +40,13 @@ def _cleanup_policy(text: str) -> str:
     return ",".join(sorted(set(parts), key=("compact", "delete").index))
 
 
+def _ratio(text: str) -> float:
+    value = float(str(text).strip())
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a ratio in [0, 1], got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class _Key:
     field: str
@@ -65,6 +72,12 @@ _KEYS = (
     _Key("cleanup_policy", "cleanup.policy", "log.cleanup.policy", _cleanup_policy),
     _Key("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
     _Key("preallocate", "preallocate", "log.preallocate", _parse_bool),
+    _Key("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", _ratio),
+    _Key("min_compaction_lag_ms", "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
+    _Key("max_compaction_lag_ms", "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, 1),
+    # The offset map's memory per cleaning pass (Kafka splits it over its cleaner threads).
+    _Key("cleaner_dedupe_buffer_size", None, "log.cleaner.dedupe.buffer.size", int, 1024 * 1024),
+    _Key("cleaner_backoff_ms", None, "log.cleaner.backoff.ms", int, 0),
     _Key("producer_id_expiration_ms", None, "producer.id.expiration.ms", int, 1),
     _Key("producer_id_expiration_check_interval_ms", None, "producer.id.expiration.check.interval.ms", int, 1),
 )
@@ -96,6 +109,11 @@ class LogConfig:
     cleanup_policy: str = "delete"
     delete_retention_ms: int = DAY_MS
     preallocate: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    cleaner_backoff_ms: int = 15_000
     producer_id_expiration_ms: int = DAY_MS
     producer_id_expiration_check_interval_ms: int = 10 * 60 * 1000
 
@@ -129,12 +147,28 @@ class LogConfig:
         return {k.topic_key: _render(getattr(self, k.field)) for k in _KEYS if k.topic_key is not None}
 
     @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` includes ``compact``: keys required, the cleaner runs."""
+        return "compact" in self.cleanup_policy
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
 
 def is_topic_config_key(name: str) -> bool:
     return name in _BY_TOPIC_KEY
+
+
+def broker_key_of(topic_key: str) -> str | None:
+    """The broker property that sets a topic setting's default (``segment.bytes`` -> ``log.segment.bytes``)."""
+    key = _BY_TOPIC_KEY.get(topic_key)
+    return key.broker_key if key else None
+
+
+def broker_log_properties(config: "LogConfig") -> dict[str, str]:
+    """Every log setting under its broker-level name, for DescribeConfigs on a broker."""
+    return {k.broker_key: _render(getattr(config, k.field)) for k in _KEYS}
 
 
 def is_broker_log_key(name: str) -> bool:

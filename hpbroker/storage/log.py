@@ -29,9 +29,11 @@ end and the batches after it are replayed.
 
 import bisect
 import logging
+import mmap
 import os
 import shutil
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -41,7 +43,7 @@ from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END
 from hpbroker.kernels.layout import CONTROL_BIT
 from hpbroker.records import batch as batch_format
-from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage import checkpoints, cleaner, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
@@ -134,6 +136,14 @@ class Log:
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         self._last_producer_expiry_ms = now_ms()
         self._unsynced_snapshot: str | None = None  # written at a roll, fsynced by the next flush
+        # Guards the segment list and the pending deletes against the cleaner
+        # thread's swap; taken only by roll, delete, swap and close, never by
+        # an append that does not roll.
+        self._lock = threading.Lock()
+        self._clean_lock = threading.Lock()  # one cleaning pass at a time
+        self._closed = False
+        self.cleaner_checkpoint = 0  # first dirty offset: below it the log was compacted
+        self.latest_delete_horizon = -1  # newest horizon of the tombstones the last pass kept
 
     # --- opening -------------------------------------------------------------
     @classmethod
@@ -148,14 +158,17 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         topic_id=None,
+        cleaner_offset: int | None = None,
     ) -> "Log":
-        """Open (creating if needed) a partition directory and recover it."""
+        """Open (creating if needed) a partition directory and recover it.
+        ``cleaner_offset`` is this log's row of ``cleaner-offset-checkpoint``."""
         os.makedirs(directory, exist_ok=True)
         self = cls(directory, topic, partition, config)
         metadata = os.path.join(directory, filenames.PARTITION_METADATA)
         if topic_id is not None and not os.path.exists(metadata):
             checkpoints.write_partition_metadata(metadata, topic_id)
         self._load(recovery_point, log_start_offset, clean_shutdown)
+        self.cleaner_checkpoint = self.log_start_offset if cleaner_offset is None else cleaner_offset
         return self
 
     @property
@@ -311,6 +324,11 @@ class Log:
         buf = records if _writable(records) else bytearray(records)
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         idempotent = self._validate(scan, len(buf), origin)
+        if self.config.compact:
+            try:
+                cleaner.check_keys(buf, scan)
+            except InvalidRecordError as exc:
+                raise InvalidRecordError(f"{self._name}: {exc}") from None
         checked = self.producer_state.check_batches(scan) if idempotent else _OK
         if checked.verdict is not Verdict.OK:
             if checked.verdict is Verdict.DUPLICATE:
@@ -426,7 +444,8 @@ class Log:
         self.write()
         old.seal_time_index()
         segment = self._new_segment(self._log_end_offset, now_ms())
-        self._set_segments(self._segments + (segment,))
+        with self._lock:
+            self._set_segments(self._segments + (segment,))
         # Not fsynced here, on the append path (Kafka moved it off after
         # KAFKA-15046): the flush this roll asks for does it; a snapshot lost
         # to a power cut only means replaying from an older one.
@@ -479,9 +498,12 @@ class Log:
             self.flush(self._flush_requested_to)
         if self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
             self.flush()
-        while self._pending_deletes and self._pending_deletes[0][0] <= now:
-            _, segment = self._pending_deletes.pop(0)
-            segment.close_and_unlink()
+        if self._pending_deletes and self._pending_deletes[0][0] <= now:
+            with self._lock:
+                due = [s for t, s in self._pending_deletes if t <= now]
+                self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+            for segment in due:
+                segment.close_and_unlink()
 
     def _segments_overlapping(self, start: int, end: int) -> tuple[LogSegment, ...]:
         """Segments holding any offset in [start, end)."""
@@ -560,24 +582,65 @@ class Log:
         return self._delete_prefix(expired)
 
     def _delete_prefix(self, predicate) -> int:
-        doomed, freed = [], 0
-        for segment in self._segments[:-1]:
-            if not predicate(segment, freed):
-                break
-            doomed.append(segment)
-            freed += segment.size
-        if not doomed:
-            return 0
-        remaining = self._segments[len(doomed):]
-        self._set_segments(remaining)
-        self._advance_log_start(remaining[0].base_offset)
+        with self._lock:  # the cleaner may swap segments meanwhile
+            doomed, freed = [], 0
+            for segment in self._segments[:-1]:
+                if not predicate(segment, freed):
+                    break
+                doomed.append(segment)
+                freed += segment.size
+            if not doomed:
+                return 0
+            remaining = self._segments[len(doomed):]
+            self._set_segments(remaining)
+            self._advance_log_start(remaining[0].base_offset)
+            due = now_ms() + self.config.file_delete_delay_ms
+            for segment in doomed:
+                segment.mark_deleted()
+                self._pending_deletes.append((due, segment))
+                log.info("%s: deleting segment %d (%d bytes)", self._name, segment.base_offset, segment.size)
         self.producer_state.delete_snapshots_below(remaining[0].base_offset)
-        due = now_ms() + self.config.file_delete_delay_ms
-        for segment in doomed:
-            segment.mark_deleted()
-            self._pending_deletes.append((due, segment))
-            log.info("%s: deleting segment %d (%d bytes)", self._name, segment.base_offset, segment.size)
         return len(doomed)
+
+    # --- compaction ----------------------------------------------------------
+    def cleanable(self, now: int | None = None) -> "cleaner.CleanablePlan | None":
+        """What a cleaning pass would cover (None: not compacted or nothing below
+        the active segment); its ``worth_cleaning`` applies the dirty ratio."""
+        return cleaner.plan(self, now_ms() if now is None else now)
+
+    def clean(self, now_ms: int, *, max_bytes: int | None = None) -> "cleaner.CleanResult":
+        """Compact what is cleanable now (see ``cleaner.py``), whatever the dirty
+        ratio; ``max_bytes`` bounds the dirty bytes indexed by this pass.
+
+        Threading: safe to call from a thread other than the appending one.
+        The pass reads only inactive segments, which never change, and takes
+        the log's lock only to swap a cleaned segment in; appends never wait
+        for it except when they roll.  Stop cleaning before ``close()``."""
+        return cleaner.clean_log(self, now_ms, max_bytes)
+
+    def _replace_segments(self, old: list, new: LogSegment) -> bool:
+        """Swap ``new`` (its files named ``.swap``) in for the consecutive
+        segments ``old``: list first, then the old files become ``.deleted``,
+        then the new ones take their plain names.  False (nothing changed) when
+        ``old`` is no longer in the log or the log was closed."""
+        with self._lock:
+            segments = self._segments
+            first = next((i for i, s in enumerate(segments) if s is old[0]), -1)
+            if self._closed or first < 0 or segments[first : first + len(old)] != tuple(old) or first + len(old) >= len(segments):
+                return False
+            self._set_segments(segments[:first] + (new,) + segments[first + len(old):])
+            due = now_ms() + self.config.file_delete_delay_ms
+            for segment in old:
+                segment.mark_deleted()
+                self._pending_deletes.append((due, segment))
+            new.change_suffix("")
+        checkpoints.fsync_dir(self.directory)
+        log.info("%s: cleaned segments %s into %d", self._name, [s.base_offset for s in old], new.base_offset)
+        return True
+
+    def _cleaned(self, end_offset: int, latest_delete_horizon: int) -> None:
+        self.cleaner_checkpoint = end_offset
+        self.latest_delete_horizon = latest_delete_horizon
 
     def delete_records_before(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start offset up to ``offset``
@@ -624,14 +687,18 @@ class Log:
         self.flush()
         self.active_segment.flush()  # the sealing entry, even when no data was pending
         self._take_snapshot(self._log_end_offset)  # so a clean reopen replays nothing
-        for _, segment in self._pending_deletes:
+        with self._lock:
+            self._closed = True
+            pending, self._pending_deletes = self._pending_deletes, []
+        for _, segment in pending:
             segment.close_and_unlink()
-        self._pending_deletes.clear()
         for segment in self._segments:
             segment.close()
 
     def delete(self) -> None:
         """Remove the whole partition directory (DeleteTopics)."""
+        with self._lock:
+            self._closed = True
         for segment in self._segments:
             segment.close()
         parent = os.path.dirname(self.directory)
@@ -650,15 +717,36 @@ def _largest_timestamp(segment: LogSegment) -> int:
 
 def _tidy_directory(directory: str) -> list[int]:
     """Finish or undo what a crash interrupted and return the segments' base
-    offsets: ``.deleted`` and ``.cleaned`` files go, a ``.swap`` replaces its
-    original, index files without a ``.log`` go."""
-    names = os.listdir(directory)
-    for name in names:
+    offsets, following Kafka's LogLoader: ``.deleted`` and ``.cleaned`` files
+    go; index ``.swap`` files go (rebuilt from the log); a ``.log.swap``
+    completes the cleaner's swap: the segments it replaced, those with base
+    offsets in [its base, its next offset), go and it takes its plain name.
+    Index files without a ``.log`` go."""
+    swaps = []
+    for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.endswith((filenames.DELETED_SUFFIX, filenames.CLEANED_SUFFIX, ".tmp")):
             os.unlink(path)
         elif name.endswith(filenames.SWAP_SUFFIX):
-            os.replace(path, path[: -len(filenames.SWAP_SUFFIX)])
+            if filenames.is_segment_log(name[: -len(filenames.SWAP_SUFFIX)]):
+                swaps.append(path)
+            else:
+                os.unlink(path)
+    for path in sorted(swaps):
+        base = filenames.base_offset_of(path)
+        end = _next_offset_of_file(path, base)
+        for name in os.listdir(directory):
+            if name.endswith(filenames.SWAP_SUFFIX) or not name.endswith(filenames.SEGMENT_SUFFIXES):
+                continue
+            try:
+                replaced = base <= filenames.base_offset_of(name) < end
+            except ValueError:
+                continue
+            if replaced:
+                os.unlink(os.path.join(directory, name))
+        os.replace(path, path[: -len(filenames.SWAP_SUFFIX)])
+    if swaps:
+        checkpoints.fsync_dir(directory)
     names = os.listdir(directory)
     bases = sorted(filenames.base_offset_of(n) for n in names if filenames.is_segment_log(n))
     known = set(bases)
@@ -671,3 +759,16 @@ def _tidy_directory(directory: str) -> list[int]:
             if orphan:
                 os.unlink(os.path.join(directory, name))
     return bases
+
+
+def _next_offset_of_file(path: str, base: int) -> int:
+    """The offset after the last whole batch of a segment file (``base + 1``
+    when it holds none, so that at least the segment it is named after goes)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return base + 1
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = np.frombuffer(mapped, np.uint8)
+            last = scan_batches(view, verify_crc=False).last_offset
+            del view  # the mmap cannot close while a view exports it
+    return int(last[-1]) + 1 if len(last) else base + 1

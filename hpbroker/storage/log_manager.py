@@ -7,6 +7,16 @@ for all partitions at once.  On start it learns from the marker whether the last
 stop was clean, removes it, and opens every partition with its recovery point
 and log start offset; on ``close()`` it flushes everything, writes the
 checkpoints and only then the marker.
+
+Compaction: ``cleanable_logs()`` lists the compacted logs worth a pass
+(dirty ratio above ``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``
+exceeded, or kept tombstones past their delete horizon), filthiest first, and
+``clean_eligible()`` runs one pass over each and writes
+``cleaner-offset-checkpoint``.  Threading contract: ``clean_eligible`` may run
+in a thread of its own (``start_cleaner()``), beside the owner's appends,
+reads and ``tick()``; a pass reads only inactive segments and takes a log's
+lock only to swap segments.  Creating, deleting and closing logs stay with the
+owner, which stops the cleaner first (``close()`` does).
 """
 
 import fcntl
@@ -15,7 +25,7 @@ import os
 import shutil
 import uuid
 
-from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage import checkpoints, cleaner, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import LogDirInUseError, StorageError
 from hpbroker.storage.log import Log, now_ms
@@ -24,6 +34,7 @@ log = logging.getLogger(__name__)
 
 RETENTION_CHECK_INTERVAL_MS = 300_000  # log.retention.check.interval.ms
 CHECKPOINT_INTERVAL_MS = 60_000  # log.flush.offset.checkpoint.interval.ms
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS = 5_000  # replica.high.watermark.checkpoint.interval.ms
 CHECKPOINT_LOCK_FILE = ".checkpoints.lock"  # serialises owners merging the shared checkpoint files
 
 
@@ -53,10 +64,12 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
         self._locks: list[int] = []
-        self._last_retention_ms = self._last_checkpoint_ms = now_ms()
+        self._last_retention_ms = self._last_checkpoint_ms = self._last_high_watermark_ms = now_ms()
         self.had_clean_shutdown = True
         self._owns = owns or (lambda topic, partition: True)
         self.manage_root = manage_root
+        self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
+        self._cleaner_thread: cleaner.CleanerThread | None = None
 
     # --- start and stop ------------------------------------------------------------
     def open_root(self) -> bool:
@@ -126,6 +139,7 @@ class LogManager:
     def _load_dir(self, log_dir: str, clean: bool) -> None:
         recovery_points = _read_checkpoint(os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT))
         start_offsets = _read_checkpoint(os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT))
+        cleaner_offsets = _read_checkpoint(os.path.join(log_dir, filenames.CLEANER_OFFSET_CHECKPOINT))
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if name.endswith(filenames.DELETE_DIR_SUFFIX) and os.path.isdir(path):
@@ -143,11 +157,13 @@ class LogManager:
                 recovery_point=recovery_points.get(parsed, 0),
                 log_start_offset=start_offsets.get(parsed, 0),
                 clean_shutdown=clean,
+                cleaner_offset=cleaner_offsets.get(parsed),
             )
             self._dir_of[parsed] = log_dir
 
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        self.stop_cleaner()
         for partition_log in self._logs.values():
             partition_log.close()
         self.write_checkpoints()
@@ -178,6 +194,7 @@ class LogManager:
         return created
 
     def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition; a cleaning pass running over it gives up at its swap."""
         doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return False
@@ -201,13 +218,16 @@ class LogManager:
         if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
             self._last_checkpoint_ms = now
             self.write_checkpoints()
+        elif now - self._last_high_watermark_ms >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS:
+            self._last_high_watermark_ms = now
+            self.write_high_watermarks()
 
     def apply_retention(self, now: int | None = None) -> int:
         return sum(partition_log.delete_old_segments(now) for partition_log in self._logs.values())
 
     def write_checkpoints(self) -> None:
-        """The recovery points (flushed offsets) and log start offsets of every
-        partition, one pair of files per log dir."""
+        """The recovery points (flushed offsets), log start offsets and cleaner
+        offsets of every partition, one file of each per log dir."""
         for log_dir in self.log_dirs:
             mine = {k: v for k, v in self._logs.items() if self._dir_of[k] == log_dir}
             self._merge_checkpoint(
@@ -219,6 +239,69 @@ class LogManager:
                 # Kafka lists only logs whose start is above their first segment's base.
                 {k: v.log_start_offset for k, v in mine.items() if v.log_start_offset > v.segments[0].base_offset},
             )
+        self.write_high_watermarks()
+        self.write_cleaner_checkpoint()
+
+    def write_high_watermarks(self) -> None:
+        """``replication-offset-checkpoint``: each partition's high watermark (with
+        one replica, the written offset), which readers of the directory, such
+        as the Spark source, treat as the end of what consumers may see."""
+        for log_dir in self.log_dirs:
+            self._merge_checkpoint(
+                os.path.join(log_dir, filenames.REPLICATION_OFFSET_CHECKPOINT),
+                {k: v.written_offset for k, v in list(self._logs.items()) if self._dir_of.get(k) == log_dir},
+            )
+
+    def write_cleaner_checkpoint(self) -> None:
+        """Each compacted log's first dirty offset, one file per log dir."""
+        for log_dir in self.log_dirs:
+            self._merge_checkpoint(
+                os.path.join(log_dir, filenames.CLEANER_OFFSET_CHECKPOINT),
+                {k: v.cleaner_checkpoint for k, v in list(self._logs.items())
+                 if self._dir_of.get(k) == log_dir and v.config.compact},
+            )
+
+    # --- compaction -------------------------------------------------------------------
+    def cleanable_logs(self, now: int | None = None) -> list[tuple[tuple[str, int], Log, cleaner.CleanablePlan]]:
+        """The compacted logs worth cleaning now, filthiest first."""
+        now = now_ms() if now is None else now
+        found = []
+        for key, partition_log in list(self._logs.items()):
+            if key in self._uncleanable:
+                continue
+            plan = partition_log.cleanable(now)
+            if plan is not None and plan.worth_cleaning(partition_log.config.min_cleanable_dirty_ratio):
+                found.append((key, partition_log, plan))
+        found.sort(key=lambda item: item[2].dirty_ratio, reverse=True)
+        return found
+
+    def clean_eligible(self, now: int | None = None, *, max_bytes: int | None = None) -> dict:
+        """One pass over every log ``cleanable_logs`` names, then the cleaner
+        checkpoint; returns ``{(topic, partition): CleanResult}``.  A log whose
+        pass fails is logged and left alone from then on, as Kafka does."""
+        now = now_ms() if now is None else now
+        results = {}
+        for key, partition_log, _ in self.cleanable_logs(now):
+            try:
+                results[key] = partition_log.clean(now, max_bytes=max_bytes)
+            except (StorageError, OSError) as exc:
+                log.error("%s-%d: compaction failed, marking the partition uncleanable: %s", *key, exc)
+                self._uncleanable.add(key)
+        if any(r.end_offset >= 0 for r in results.values()):
+            self.write_cleaner_checkpoint()
+        return results
+
+    def start_cleaner(self, backoff_ms: int | None = None) -> cleaner.CleanerThread:
+        """Run ``clean_eligible`` in a background thread until ``stop_cleaner()``."""
+        if self._cleaner_thread is None:
+            self._cleaner_thread = cleaner.CleanerThread(self, backoff_ms)
+            self._cleaner_thread.start()
+        return self._cleaner_thread
+
+    def stop_cleaner(self) -> None:
+        thread, self._cleaner_thread = self._cleaner_thread, None
+        if thread is not None:
+            thread.stop()
 
     def _merge_checkpoint(self, path: str, rows: dict) -> None:
         """Replace this owner's rows (and drop partitions that no longer exist),

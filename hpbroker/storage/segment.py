@@ -72,14 +72,25 @@ class _TailState:
 
 
 class LogSegment:
-    def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int, max_index_bytes: int, created_ms: int):
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        created_ms: int,
+        suffix: str = "",
+    ):
+        """``suffix`` (``.cleaned``) names a segment the cleaner is still writing."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.log_path = filenames.segment_file(directory, base_offset, filenames.LOG_SUFFIX)
-        index_path = filenames.segment_file(directory, base_offset, filenames.INDEX_SUFFIX)
-        time_index_path = filenames.segment_file(directory, base_offset, filenames.TIME_INDEX_SUFFIX)
+        self.suffix = suffix
+        self.log_path = filenames.segment_file(directory, base_offset, filenames.LOG_SUFFIX) + suffix
+        index_path = filenames.segment_file(directory, base_offset, filenames.INDEX_SUFFIX) + suffix
+        time_index_path = filenames.segment_file(directory, base_offset, filenames.TIME_INDEX_SUFFIX) + suffix
         self.indexes_were_missing = not (os.path.exists(index_path) and os.path.exists(time_index_path))
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
@@ -377,6 +388,20 @@ class LogSegment:
         self.log_path = _rename(self.log_path)
         self.offset_index.rename(self.offset_index.path + filenames.DELETED_SUFFIX)
         self.time_index.rename(self.time_index.path + filenames.DELETED_SUFFIX)
+
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the three files from the current transient suffix to ``suffix``
+        (Kafka's changeFileSuffixes: ``.cleaned`` -> ``.swap`` -> none).  The
+        ``.log`` goes last, so a crash between renames leaves at worst index
+        files that recovery deletes and rebuilds."""
+        def renamed(path: str) -> str:
+            return path[: len(path) - len(self.suffix)] + suffix
+
+        self.offset_index.rename(renamed(self.offset_index.path))
+        self.time_index.rename(renamed(self.time_index.path))
+        new_log_path = renamed(self.log_path)
+        os.rename(self.log_path, new_log_path)
+        self.log_path, self.suffix = new_log_path, suffix
 
     def close_and_unlink(self) -> None:
         self.close()

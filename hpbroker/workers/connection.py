@@ -12,6 +12,7 @@ import logging
 
 from hpbroker.protocol import (FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey, UnsupportedVersion,
                                decode_request, encode_response, unsupported_api_versions_response)
+from hpbroker.workers.context import CLIENT_HOST
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport.abort()
 
     async def _serve(self) -> None:
+        CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
         while True:
             frame = await self.queue.get()
             if frame is None or self.closing and self.transport.is_closing():

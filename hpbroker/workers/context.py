@@ -1,6 +1,7 @@
 """What a request handler can reach: the config, the topics, and the owners of
 partitions (this worker's ``PartitionService`` or a peer's, behind one call)."""
 
+import contextvars
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -8,11 +9,16 @@ from dataclasses import dataclass
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
 from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.peers import PeerClient
+from hpbroker.workers.peers import PeerClient, resolve
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
 
 _MAX_OPEN_SEGMENTS = 512
+
+# The client host of the connection whose request is being handled (each
+# connection serves from its own task, hence its own context); DescribeGroups
+# shows it per member, as Kafka does ("/127.0.0.1").
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 @dataclass
@@ -67,6 +73,10 @@ class WorkerContext:
         self.bytes_in = 0  # request bytes read from clients, for the acceptor's status line
         self.bytes_out = 0
 
+    @property
+    def client_host(self) -> str:
+        return CLIENT_HOST.get()
+
     def owner(self, topic: str, partition: int) -> int:
         return partition_owner(topic, partition, self.workers)
 
@@ -81,8 +91,10 @@ class WorkerContext:
         return await self.peers.call(owner, method, topic, partition, *args)
 
     async def call_worker(self, worker: int, method: str, *args):
+        """Run ``PartitionService.method(*args)`` (dotted: a sub-service such as
+        ``groups.join_group``) on worker ``worker``."""
         if worker == self.index:
-            result = getattr(self.service, method)(*args)
+            result = resolve(self.service, method)(*args)
             if hasattr(result, "__await__"):
                 result = await result
             return result

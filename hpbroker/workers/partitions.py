@@ -48,6 +48,8 @@ class PartitionService:
         self.topics = topics
         self.leader_epoch = leader_epoch
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
+        self._configs_generation = topics.generation
+        self.groups = None  # this worker's GroupCoordinator, reached as "groups.<method>"
 
     def _log(self, topic: str, partition: int):
         found = self.logs.get_log(topic, partition)
@@ -186,7 +188,17 @@ class PartitionService:
 
     def tick(self) -> None:
         self.topics.refresh()  # notice topics deleted or grown through other workers
+        if self.topics.generation != self._configs_generation:
+            self._configs_generation = self.topics.generation
+            self._apply_topic_configs()
         self.logs.tick(now_ms())
+
+    def _apply_topic_configs(self) -> None:
+        """Topic settings changed through any worker (AlterConfigs) reach the open logs."""
+        for (topic, _partition), partition_log in self.logs.logs().items():
+            wanted = self.topics.config_for(topic)
+            if partition_log.config != wanted:
+                partition_log.config = wanted
 
 
 def _as_v2(records):

@@ -30,6 +30,14 @@ class PeerUnavailable(Exception):
     pass
 
 
+def resolve(target, method: str):
+    """``method`` of ``target``; a dotted name reaches a sub-service
+    (``"groups.join_group"`` is ``target.groups.join_group``)."""
+    for name in method.split("."):
+        target = getattr(target, name)
+    return target
+
+
 def socket_name(broker_tag: str, worker: int) -> str:
     return f"\0hpbroker-{broker_tag}-worker-{worker}"
 
@@ -62,14 +70,14 @@ class PeerServer:
             while True:
                 call_id, method, args = await _read_frame(reader)
                 asyncio.get_running_loop().create_task(self._answer(writer, call_id, method, args))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the peer went away, or this worker is stopping
         finally:
             writer.close()
 
     async def _answer(self, writer, call_id, method, args) -> None:
         try:
-            result = getattr(self.target, method)(*args)
+            result = resolve(self.target, method)(*args)
             if asyncio.iscoroutine(result):
                 result = await result
             reply = (call_id, True, result)

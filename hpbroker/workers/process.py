@@ -5,7 +5,8 @@ Control channel with the acceptor (a SOCK_SEQPACKET socketpair), one message
 per packet:
 
 * acceptor -> worker: ``conn`` with a client socket attached (SCM_RIGHTS),
-  ``stop`` (finish in-flight requests, flush, write checkpoints, exit 0),
+  ``drain`` (take no more requests, finish those in flight, answer
+  ``drained``), ``stop`` (then flush, write checkpoints, exit 0),
   ``reload <json>`` (new settings; the log settings apply live);
 * worker -> acceptor: ``ready`` once booted, ``hb C P I O`` every heartbeat
   interval (open connections, open partitions, bytes in and out so far),
@@ -24,6 +25,7 @@ from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers.connection import KafkaConnection
+from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.partitions import PartitionService
@@ -48,6 +50,7 @@ class Worker:
         self.cluster_id = cluster_id
         self.connections: set[KafkaConnection] = set()
         self.stopping: asyncio.Event | None = None
+        self.draining = self.drained = False
 
     # --- boot ----------------------------------------------------------------
     def boot(self) -> None:
@@ -61,7 +64,9 @@ class Worker:
             owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
             manage_root=False,
         ).open(clean_shutdown=self.clean_shutdown)
+        self.logs.start_cleaner()  # compaction of compact topics, off the event loop
         self.service = PartitionService(self.logs, self.topics)
+        self.service.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers)
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -77,11 +82,13 @@ class Worker:
         self.control.setblocking(False)
         loop.add_reader(self.control.fileno(), self._on_control)
         self._send(b"ready")
+        self.service.groups.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
         await self.stopping.wait()
         loop.remove_reader(self.control.fileno())
-        await self._close_connections()
+        if not self.drained:
+            await self._drain()
         ticker.cancel()
         heartbeat.cancel()
         self.peer_server.close()
@@ -119,6 +126,8 @@ class Worker:
                     os.close(fd)
                 if message == b"stop":
                     self.stopping.set()
+                elif message == b"drain":
+                    asyncio.get_running_loop().create_task(self._drain(report=True))
                 elif message.startswith(b"reload "):
                     self._reload(json.loads(message[len(b"reload "):]))
 
@@ -139,7 +148,7 @@ class Worker:
 
     def _adopt(self, fd: int) -> None:
         sock = socket.socket(fileno=fd)
-        if self.stopping.is_set():
+        if self.stopping.is_set() or self.draining:
             sock.close()
             return
         sock.setblocking(False)
@@ -160,6 +169,19 @@ class Worker:
         if connection in self.connections:
             self.connections.discard(connection)
             self._send(b"closed")
+
+    async def _drain(self, report: bool = False) -> None:
+        """First half of a stop: no more requests; the ones in flight finish
+        while the peers still serve (the acceptor sends ``stop`` once every
+        worker has drained, so forwarded requests are not cut off)."""
+        if self.draining:
+            return
+        self.draining = True
+        self.service.groups.close()  # answers waiting joins, so connections can finish
+        await self._close_connections()
+        self.drained = True
+        if report:
+            self._send(b"drained")
 
     async def _close_connections(self) -> None:
         """Stop reading, let each connection finish the request it is on, close."""

@@ -73,6 +73,7 @@ class TopicRegistry:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._stamp = None
+        self.generation = 0
         self.refresh()
 
     # --- reading -------------------------------------------------------------
@@ -123,6 +124,7 @@ class TopicRegistry:
             topics[topic] = TopicInfo(topic, topic_id, count, configs.get(topic, {}))
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
+        self.generation += 1  # lets owners notice changed topic configs
 
     def _read_configs(self) -> dict:
         try:
@@ -153,7 +155,7 @@ class TopicRegistry:
         self.refresh()
         return sorted(self._topics.values(), key=lambda t: t.name)
 
-    def log_config(self, name: str) -> LogConfig:
+    def config_for(self, name: str) -> LogConfig:
         info = self._topics.get(name)
         return self.log_config.with_overrides(info.configs if info else {})
 
@@ -217,12 +219,17 @@ class TopicRegistry:
             if configs.pop(name, None) is not None:
                 self._write_configs(configs)
 
-    def set_configs(self, name: str, configs: dict) -> None:
+    def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
+        """Replace a topic's overrides (an empty dict removes them all)."""
         configs = {k: str(v) for k, v in configs.items()}
         try:
             self.log_config.with_overrides(configs)
         except ConfigError as exc:
             raise TopicError(INVALID_CONFIG, str(exc)) from None
+        if validate_only:
+            if name not in self._topics:
+                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            return
         with self._locked():
             if name not in self._topics:
                 raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")

@@ -1,20 +1,40 @@
-"""FindCoordinator (10): advertised because librdkafka enables LZ4 only when
-v0 is; group and transaction coordinators arrive with the consumer-group work,
-until then every key is answered COORDINATOR_NOT_AVAILABLE (retriable)."""
+"""FindCoordinator (10): every group is coordinated by this broker (its owning
+worker is found per request, inside the broker); ``__consumer_offsets`` is
+created on the first lookup, as Kafka does.  Transactions have no coordinator
+yet: COORDINATOR_NOT_AVAILABLE (retriable).  v4+ batch the keys."""
 
 from hpbroker.protocol import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
-_UNAVAILABLE = ErrorCode.coordinator_not_available
+GROUP, TRANSACTION = 0, 1
+
+
+def _find(ctx, key_type: int, key: str):
+    """(error, message) for one key."""
+    if key_type == TRANSACTION:
+        return ErrorCode.coordinator_not_available, "transactions are not supported yet"
+    if key_type != GROUP:
+        return ErrorCode.invalid_request, f"unknown key type {key_type}"
+    if ctx.service.groups.ensure_offsets_topic() != 0:
+        return ErrorCode.coordinator_not_available, "the offsets topic could not be created"
+    return ErrorCode.none, None
 
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
+    me = ctx.identity
+    key_type = getattr(request, "key_type", GROUP)
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:  # v0-v3: one key
-        return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=_UNAVAILABLE,
-                    error_message="group coordination is not available yet", node_id=-1, host="", port=-1)
-    coordinators = tuple(make(m.Coordinator, key=key, node_id=-1, host="", port=-1, error_code=_UNAVAILABLE,
-                              error_message="group coordination is not available yet") for key in keys)
-    return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators)
+        error, message = _find(ctx, key_type, request.key)
+        ok = error == ErrorCode.none
+        return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=message,
+                    node_id=me.broker_id if ok else -1, host=me.host if ok else "", port=me.port if ok else -1)
+    coordinators = []
+    for key in keys:
+        error, message = _find(ctx, key_type, key)
+        ok = error == ErrorCode.none
+        coordinators.append(make(m.Coordinator, key=key, node_id=me.broker_id if ok else -1, host=me.host if ok else "",
+                                 port=me.port if ok else -1, error_code=error, error_message=message))
+    return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))

@@ -1,0 +1,399 @@
+"""The group coordinator of one worker: the groups whose ``__consumer_offsets``
+partition this worker owns, and their committed offsets.
+
+Request handlers on any worker forward a whole group operation here with
+``ctx.call_worker(owner, "groups.<method>", ...)``; every method takes and
+returns plain values (ints, strings, bytes, lists, tuples), so it is the same
+call locally and through the intra-broker channel.  JoinGroup and SyncGroup
+are coroutines that may wait for a whole rebalance.
+
+Offsets and group metadata are appended to this worker's own partitions of
+``__consumer_offsets`` (created on first use, compacted, Kafka's layout) and
+cached in memory; the cache is updated after the append.  On start the owned
+partitions are replayed in the background; until a partition is loaded its
+groups are answered COORDINATOR_LOAD_IN_PROGRESS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hpbroker.protocol import errors as E
+from hpbroker.records import Record, encode_batch, iter_batches
+from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
+from hpbroker.storage import OffsetOutOfRangeError
+from hpbroker.workers.groups import records as R
+from hpbroker.workers.groups.offsets import OffsetStore
+from hpbroker.workers.groups.state import DEAD, EMPTY, Group, GroupConfig, now_ms
+from hpbroker.workers.topics import TOPIC_ALREADY_EXISTS, TopicError
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}  # Kafka's defaults
+OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
+RETENTION_CHECK_S = 600.0  # offsets.retention.check.interval.ms
+LOAD_CHUNK_BYTES = 1 << 20
+_GROUP_TYPE = "classic"
+
+
+class GroupCoordinator:
+    def __init__(self, service, topics, config, index: int, workers: int):
+        self.service = service  # PartitionService of this worker: appends and reads
+        self.topics = topics
+        self.index = index
+        self.workers = workers
+        self.partitions = config["offsets.topic.num.partitions"]
+        self.retention_ms = config["offsets.retention.minutes"] * 60_000
+        self.group_config = GroupConfig(config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"],
+                                        config["group.initial.rebalance.delay.ms"])
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore()
+        self._loaded: set[int] = set()
+        self._loading: set[int] = set()
+        self._closed = False
+        self._expiry_timer = None
+
+    # --- topic, ownership, loading ----------------------------------------------------
+    def ensure_offsets_topic(self) -> int:
+        """Create ``__consumer_offsets`` if nobody has yet; 0, or a retriable error."""
+        if self.topics.get(OFFSETS_TOPIC) is not None:
+            return E.NONE
+        try:
+            self.topics.create(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIG)
+        except TopicError as exc:
+            if exc.code != TOPIC_ALREADY_EXISTS:
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                return E.COORDINATOR_NOT_AVAILABLE
+        return E.NONE
+
+    def _owned(self) -> list[int]:
+        return [p for p in range(self.partitions) if partition_owner(OFFSETS_TOPIC, p, self.workers) == self.index]
+
+    def start(self) -> None:
+        """Replay the owned partitions that exist (in the background) and arm the expiry timer."""
+        loop = asyncio.get_running_loop()
+        if self.topics.get(OFFSETS_TOPIC) is not None:
+            for p in self._owned():
+                self._loading.add(p)
+                loop.create_task(self._load_async(p))
+        self._expiry_timer = loop.call_later(RETENTION_CHECK_S, self._expire)
+
+    async def _load_async(self, p: int) -> None:
+        try:
+            for _ in self._replay(p):
+                await asyncio.sleep(0)  # let requests for loaded groups through
+        except Exception:
+            log.exception("loading %s-%d failed", OFFSETS_TOPIC, p)
+        finally:
+            self._loading.discard(p)
+            self._loaded.add(p)
+
+    def _replay(self, p: int):
+        """Apply the partition's records in order, yielding after each chunk; then
+        install the groups it describes."""
+        partition_log = self.service._log(OFFSETS_TOPIC, p)
+        metadata: dict[str, R.GroupValue | None] = {}
+        offset = partition_log.log_start_offset if partition_log is not None else 0
+        while partition_log is not None and offset < partition_log.written_offset:
+            try:
+                data = partition_log.read_records(max(offset, partition_log.log_start_offset), LOAD_CHUNK_BYTES)
+            except OffsetOutOfRangeError:
+                offset = partition_log.log_start_offset
+                continue
+            before = offset
+            for batch in iter_batches(data, allow_partial_tail=True):
+                if not batch.header.is_control:
+                    for record in batch.records:
+                        self._apply(record.key, record.value, metadata)
+                offset = batch.header.next_offset
+            if offset <= before:
+                break
+            yield
+        for group_id, value in metadata.items():
+            if value is not None:
+                group = self._new_group(group_id)
+                group.restore(value.generation, value.protocol_type, value.protocol, value.leader,
+                              value.current_state_timestamp, value.members)
+        for group_id in self.offsets.groups():
+            if group_id not in self.groups and group_partition(group_id, self.partitions) == p:
+                self._new_group(group_id)  # offsets committed outside group management
+        count = sum(1 for g in self.groups if group_partition(g, self.partitions) == p)
+        if count:
+            log.info("loaded %s-%d: %d groups", OFFSETS_TOPIC, p, count)
+
+    def _apply(self, key: bytes | None, value: bytes | None, metadata: dict) -> None:
+        if key is None:
+            return
+        k = R.decode_key(key)
+        if isinstance(k, R.OffsetKey):
+            if value is None:
+                self.offsets.delete(k.group, k.topic, k.partition)
+            else:
+                self.offsets.put(k.group, k.topic, k.partition, R.decode_offset_value(value))
+        elif isinstance(k, R.GroupKey):
+            metadata[k.group] = None if value is None else R.decode_group_value(value)
+
+    def _check(self, group_id) -> int:
+        """0 when this worker coordinates ``group_id`` and has it loaded."""
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        p = group_partition(group_id, self.partitions)
+        if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
+            return E.NOT_COORDINATOR
+        if p in self._loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if p not in self._loaded:
+            # Created after this worker started, so short: replay it inline.
+            if self.ensure_offsets_topic() != E.NONE:
+                return E.COORDINATOR_NOT_AVAILABLE
+            for _ in self._replay(p):
+                pass
+            self._loaded.add(p)
+        return E.NONE
+
+    def _new_group(self, group_id: str) -> Group:
+        group = Group(group_id, self.group_config, self._persist)
+        self.groups[group_id] = group
+        return group
+
+    # --- writing records ---------------------------------------------------------------
+    def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> int:
+        if not pairs:
+            return E.NONE
+        ts = now_ms()
+        batch = encode_batch([Record(i, ts, k, v) for i, (k, v) in enumerate(pairs)])
+        error = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch))[0]
+        if error == E.NONE:
+            return E.NONE
+        log.warning("appending to %s for group %r failed with error %d", OFFSETS_TOPIC, group_id, error)
+        if error in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
+            return E.INVALID_COMMIT_OFFSET_SIZE
+        return E.COORDINATOR_NOT_AVAILABLE
+
+    def _persist(self, group: Group) -> int:
+        value = R.GroupValue(group.protocol_type or "", group.generation, group.protocol_name, group.leader,
+                             group.state_timestamp, tuple(
+                                 R.MemberValue(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                               m.rebalance_ms, m.session_ms, m.metadata(group.protocol_name),
+                                               m.assignment) for m in group.members.values()))
+        return self._append(group.group_id, [(R.encode_group_key(group.group_id), R.encode_group_value(value))])
+
+    # --- membership ---------------------------------------------------------------------
+    async def join_group(self, group_id, member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
+                         protocol_type, protocols, require_known_member_id) -> tuple:
+        error = self._check(group_id)
+        if error == E.NONE and not (self.group_config.min_session_ms <= session_ms <= self.group_config.max_session_ms):
+            error = E.INVALID_SESSION_TIMEOUT
+        group = self.groups.get(group_id)
+        if error == E.NONE and group is None and member_id:
+            error = E.UNKNOWN_MEMBER_ID
+        if error != E.NONE:
+            return Group.join_error(error, member_id)
+        if group is None:
+            group = self._new_group(group_id)
+        return await group.join(member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
+                                protocol_type, protocols, require_known_member_id)
+
+    async def sync_group(self, group_id, generation, member_id, instance_id, protocol_type, protocol_name,
+                         assignments) -> tuple:
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE and group is None:
+            error = E.UNKNOWN_MEMBER_ID
+        if error != E.NONE:
+            return (error, None, None, b"")
+        return await group.sync(member_id, instance_id, generation, protocol_type, protocol_name, assignments)
+
+    def heartbeat(self, group_id, generation, member_id, instance_id) -> int:
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE and group is None:
+            error = E.UNKNOWN_MEMBER_ID
+        return error if error != E.NONE else group.heartbeat(member_id, instance_id, generation)
+
+    def leave_group(self, group_id, members) -> tuple:
+        """members: [(member id, instance id)] -> (error, [(member id, instance id, error)])."""
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE and group is None:
+            error = E.UNKNOWN_MEMBER_ID
+        if error != E.NONE:
+            return error, [(m, i, error) for m, i in members]
+        return E.NONE, [(m, i, group.leave(m, i)) for m, i in members]
+
+    # --- administration ---------------------------------------------------------------------
+    def describe_group(self, group_id) -> tuple:
+        """(error, state, protocol type, protocol data, members); GROUP_ID_NOT_FOUND when unknown."""
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE and group is None:
+            error = E.GROUP_ID_NOT_FOUND
+        if error != E.NONE:
+            return (error, DEAD, "", "", [])
+        return (E.NONE, *group.describe())
+
+    def list_groups(self, states, types) -> tuple:
+        """(error, [(group id, protocol type, state, group type)]) for the loaded groups."""
+        wanted_states = {s.lower() for s in states or ()}
+        if types and _GROUP_TYPE not in {t.lower() for t in types}:
+            return E.NONE, []
+        rows = [(gid, g.protocol_type or "", g.state, _GROUP_TYPE) for gid, g in self.groups.items()
+                if not wanted_states or g.state.lower() in wanted_states]
+        return (E.COORDINATOR_LOAD_IN_PROGRESS if self._loading else E.NONE), rows
+
+    def delete_group(self, group_id) -> int:
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error != E.NONE:
+            return error
+        if group is None or group.state == DEAD:
+            return E.GROUP_ID_NOT_FOUND
+        if group.state != EMPTY:
+            return E.NON_EMPTY_GROUP
+        return self._remove_group(group)
+
+    def _remove_group(self, group: Group) -> int:
+        gid = group.group_id
+        pairs = [(R.encode_offset_key(gid, t, p), None) for t, p in self.offsets.of_group(gid)]
+        pairs.append((R.encode_group_key(gid), None))
+        error = self._append(gid, pairs)
+        if error == E.NONE:
+            self.offsets.drop_group(gid)
+            group.close(DEAD)
+            del self.groups[gid]
+        return error
+
+    # --- offsets --------------------------------------------------------------------------
+    def offset_commit(self, group_id, generation, member_id, instance_id, partitions, api_version) -> list:
+        """partitions: [(topic, partition, offset, leader epoch, metadata)] -> [(topic, partition, error)]."""
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE:
+            error = self._commit_allowed(group, generation, member_id, instance_id, api_version)
+        if error != E.NONE:
+            return [(t, p, error) for t, p, *_ in partitions]
+        if group is None:
+            group = self._new_group(group_id)  # a "simple" group: offsets without membership
+        ts = now_ms()
+        results, pairs, values = [], [], []
+        for topic, partition, offset, epoch, metadata in partitions:
+            metadata = metadata or ""
+            if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                results.append((topic, partition, E.OFFSET_METADATA_TOO_LARGE))
+                continue
+            value = R.OffsetValue(offset, epoch, metadata, ts)
+            pairs.append((R.encode_offset_key(group_id, topic, partition), R.encode_offset_value(value)))
+            values.append((topic, partition, value))
+            results.append((topic, partition, E.NONE))
+        error = self._append(group_id, pairs)
+        if error != E.NONE:
+            return [(t, p, error if e == E.NONE else e) for t, p, e in results]
+        for topic, partition, value in values:
+            self.offsets.put(group_id, topic, partition, value)
+        group.touch(member_id)
+        return results
+
+    @staticmethod
+    def _commit_allowed(group, generation, member_id, instance_id, api_version) -> int:
+        if group is None:
+            if generation < 0:
+                return E.NONE
+            return E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION
+        if group.state == DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and group.state == EMPTY:
+            return E.NONE
+        if group._fenced(member_id, instance_id):
+            return E.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.state == "CompletingRebalance":
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
+
+    def offset_fetch(self, group_id, topics, require_stable) -> tuple:
+        """topics: [(topic, [partition])] or None for all -> (error, [(topic, partition, offset,
+        leader epoch, metadata, error)]).  ``require_stable`` waits on pending transactional
+        commits, which this broker does not have yet, so every offset is stable."""
+        error = self._check(group_id)
+        if error != E.NONE:
+            return error, []
+        if topics is None:
+            items = sorted(self.offsets.of_group(group_id).items())
+            return E.NONE, [(t, p, v.offset, v.leader_epoch, v.metadata, E.NONE) for (t, p), v in items]
+        rows = []
+        for topic, partitions in topics:
+            for p in partitions:
+                v = self.offsets.get(group_id, topic, p)
+                rows.append((topic, p, -1, -1, "", E.NONE) if v is None else
+                            (topic, p, v.offset, v.leader_epoch, v.metadata, E.NONE))
+        return E.NONE, rows
+
+    def offset_delete(self, group_id, partitions) -> tuple:
+        """partitions: [(topic, partition)] -> (error, [(topic, partition, error)])."""
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == E.NONE and (group is None or group.state == DEAD):
+            error = E.GROUP_ID_NOT_FOUND
+        subscribed: set[str] = set()
+        if error == E.NONE and group.state != EMPTY:
+            subscribed = group.subscribed_topics()
+            if subscribed is None:
+                error = E.NON_EMPTY_GROUP
+        if error != E.NONE:
+            return error, []
+        results, pairs, doomed = [], [], []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results.append((topic, partition, E.GROUP_SUBSCRIBED_TO_TOPIC))
+                continue
+            if self.offsets.get(group_id, topic, partition) is not None:
+                pairs.append((R.encode_offset_key(group_id, topic, partition), None))
+                doomed.append((topic, partition))
+            results.append((topic, partition, E.NONE))
+        error = self._append(group_id, pairs)
+        if error != E.NONE:
+            return error, []
+        for topic, partition in doomed:
+            self.offsets.delete(group_id, topic, partition)
+        return E.NONE, results
+
+    # --- expiry and shutdown -------------------------------------------------------------
+    def _expire(self) -> None:
+        try:
+            self.expire_offsets(now_ms())
+        except Exception:
+            log.exception("offset expiry failed")
+        self._expiry_timer = asyncio.get_running_loop().call_later(RETENTION_CHECK_S, self._expire)
+
+    def expire_offsets(self, now: int) -> int:
+        """Delete expired offsets (tombstones), then empty groups left without offsets."""
+        removed = 0
+        for group in list(self.groups.values()):
+            if group_partition(group.group_id, self.partitions) not in self._loaded:
+                continue
+            gid = group.group_id
+            if group.state == EMPTY:
+                empty_since, keep = (group.state_timestamp if group.protocol_type else None), set()
+            else:
+                empty_since, keep = None, group.subscribed_topics()
+            doomed = self.offsets.expired(gid, now, self.retention_ms, empty_since=empty_since, keep_topics=keep)
+            if doomed and self._append(gid, [(R.encode_offset_key(gid, t, p), None) for t, p in doomed]) == E.NONE:
+                for t, p in doomed:
+                    self.offsets.delete(gid, t, p)
+                removed += len(doomed)
+            if group.state == EMPTY and not self.offsets.of_group(gid):
+                self._remove_group(group)
+        return removed
+
+    def close(self) -> None:
+        """Stopping: answer every waiting JoinGroup/SyncGroup now (NOT_COORDINATOR) so
+        in-flight requests finish, and refuse new ones."""
+        self._closed = True
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        for group in self.groups.values():
+            group.close(DEAD)

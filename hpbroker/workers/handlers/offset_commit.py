@@ -1,0 +1,36 @@
+"""OffsetCommit (8): checked against the group's generation and members by its
+coordinator, appended to ``__consumer_offsets``, answered per partition.
+Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as
+Kafka's KafkaApis filters them before the coordinator)."""
+
+from hpbroker.protocol import ErrorCode
+from hpbroker.workers.handlers.group_calls import call_group
+from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+
+API_KEY = 8
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    known, results = [], {}
+    for t in request.topics:
+        info = ctx.topics.get(t.name)
+        for p in t.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                known.append((t.name, p.partition_index, p.committed_offset,
+                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    if known:
+        answer = await call_group(ctx, request.group_id, "offset_commit", request.generation_id_or_member_epoch,
+                                  request.member_id, getattr(request, "group_instance_id", None), known,
+                                  header.api_version)
+        if answer is None:
+            answer = [(t, p, ErrorCode.coordinator_not_available) for t, p, *_ in known]
+        results.update(((t, p), e) for t, p, e in answer)
+    topics = []
+    for t in request.topics:
+        topics.append(make(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            make(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=ErrorCode(results[(t.name, p.partition_index)])) for p in t.partitions)))
+    return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,282 @@
+"""Run the real broker (``python -m hpbroker serve``) as a subprocess for tests
+and benchmarks.
+
+Readiness is a condition, not a delay: the acceptor accepts TCP as soon as it
+has bound, but only a booted worker answers, so we poll a Metadata v0 request
+until it names our port, and then wait until every worker has logged that it
+is up (the kill tests need to know which pid serves which index).
+"""
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+# "... [<pid>] hpbroker.workers.process: worker <index> up on CPU ..."
+_WORKER_UP = re.compile(r"\[(\d+)\] [\w.]+: worker (\d+) up on CPU")
+
+
+class BrokerError(AssertionError):
+    pass
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the broker binds it next;
+    a clash is possible but rare, and start() reports it plainly)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
+    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
+    """One Metadata v0 request (all topics) on a fresh connection; True when the
+    answer is well formed and advertises ``port``."""
+    body = struct.pack(">hhih", 3, 0, 7, 4) + b"ping" + struct.pack(">i", 0)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", _recv_exact(s, 4))[0]
+            data = _recv_exact(s, size)
+    except (OSError, EOFError):
+        return False
+    correlation, brokers = struct.unpack_from(">ii", data, 0)
+    if correlation != 7 or brokers < 1:
+        return False
+    pos = 8 + 4  # node_id
+    (host_len,) = struct.unpack_from(">h", data, pos)
+    (advertised_port,) = struct.unpack_from(">i", data, pos + 2 + host_len)
+    return advertised_port == port
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = s.recv(n - got)
+        if not chunk:
+            raise EOFError("connection closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def children(pid: int) -> set[int]:
+    """Direct children of ``pid`` from /proc (no psutil)."""
+    found = set()
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.update(int(x) for x in f.read().split())
+        return found
+    except FileNotFoundError:
+        pass
+    except OSError:
+        # kernels without CONFIG_PROC_CHILDREN: scan every process's parent
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry))
+    return found
+
+
+def cpu_times(pid: int, reaped_children: bool = False) -> tuple[float, float]:
+    """(user, system) seconds of one process ((0, 0) if it is gone); with
+    ``reaped_children`` also cutime / cstime, the time of children it has waited for."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0, 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17
+    user, system = int(fields[11]), int(fields[12])
+    if reaped_children:
+        user, system = user + int(fields[13]), system + int(fields[14])
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
+
+
+def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    return sum(cpu_times(pid, reaped_children))
+
+
+class Broker:
+    """One hpbroker process tree: the acceptor and its workers."""
+
+    def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
+                 num_workers: int | None = None):
+        self.data_dir = Path(data_dir)
+        self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
+        self.overrides = dict(overrides or {})
+        if num_workers is not None:
+            self.overrides["num.workers"] = str(num_workers)
+        self.num_workers = int(self.overrides.get("num.workers", len(os.sched_getaffinity(0))))
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self.proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "hpbroker", "serve", "--data-dir", str(self.data_dir),
+               "--listen", self.bootstrap]
+        for key, value in self.overrides.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    # --- life cycle ----------------------------------------------------------------
+    def start(self, timeout: float = START_TIMEOUT_S) -> "Broker":
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._log_file = open(self.log_path, "ab")
+        self._log_offset = self._log_file.tell()  # worker lines of earlier runs do not count
+        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdin=subprocess.DEVNULL,
+                                     stdout=self._log_file, stderr=subprocess.STDOUT)
+        try:
+            wait_for(self._ready, timeout, f"broker on {self.bootstrap} to answer Metadata")
+            wait_for(lambda: len(self.worker_pids()) == self.num_workers, timeout, "every worker to be up")
+        except BaseException:
+            self._abort()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise BrokerError(f"broker exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
+        return metadata_ping(self.host, self.port, timeout=1.0)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, wait, and insist on a clean exit (code 0, clean-shutdown marker)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        workers = children(self.pid)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._abort()
+            raise BrokerError(f"broker did not stop within {timeout:.0f} s of SIGTERM:\n{self.log_tail()}")
+        finally:
+            self._close_log()
+        if code != 0:
+            raise BrokerError(f"broker exited with {code} after SIGTERM:\n{self.log_tail()}")
+        leftover = {p for p in workers if _alive(p)}
+        if leftover:
+            raise BrokerError(f"workers {sorted(leftover)} outlived the acceptor")
+        if not (self.data_dir / ".kafka_cleanshutdown").exists():
+            raise BrokerError("no .kafka_cleanshutdown after a clean stop")
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the acceptor and every worker at once (a machine-level crash of the
+        process tree; the page cache survives, as after a kill -9 of Kafka)."""
+        pids = children(self.pid) | {self.pid}
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        self.proc.wait(10)
+        wait_for(lambda: not any(_alive(p) for p in pids), 10, "the killed workers to vanish")
+        self._close_log()
+
+    def restart(self, timeout: float = START_TIMEOUT_S) -> "Broker":
+        self.stop()
+        return self.start(timeout)
+
+    def _abort(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            pids = children(self.pid)
+            self.proc.kill()
+            self.proc.wait(10)
+            for pid in pids:
+                _signal(pid, signal.SIGKILL)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    # --- workers ---------------------------------------------------------------------
+    def worker_pids(self) -> dict[int, int]:
+        """index -> pid of each live worker: the latest "worker N up" line of this
+        run whose pid is still a child of the acceptor."""
+        live = children(self.pid)
+        found = {}
+        for pid, index in _WORKER_UP.findall(self.log_text(since_start=True)):
+            if int(pid) in live:
+                found[int(index)] = int(pid)
+        return found
+
+    def kill_worker(self, index: int, timeout: float = START_TIMEOUT_S) -> int:
+        """SIGKILL worker ``index``; wait until the acceptor has a new one up.
+        Returns the new pid."""
+        old = self.worker_pids()[index]
+        _signal(old, signal.SIGKILL)
+        return wait_for(lambda: (p := self.worker_pids().get(index)) not in (None, old) and p, timeout,
+                        f"worker {index} to be restarted")
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the acceptor and its workers: live ones from their own stat,
+        restarted ones through the acceptor's cutime/cstime (they were reaped)."""
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """(user, system) seconds of the acceptor and its workers, as cpu_seconds counts them."""
+        times = [cpu_times(self.pid, reaped_children=True)] + [cpu_times(p) for p in children(self.pid)]
+        return sum(t[0] for t in times), sum(t[1] for t in times)
+
+    # --- logs ------------------------------------------------------------------------
+    def log_text(self, since_start: bool = False) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                if since_start:
+                    f.seek(self._log_offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
