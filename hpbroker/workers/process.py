@@ -154,6 +154,10 @@ class Worker:
         sock.setblocking(False)
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for key, option in (("socket.send.buffer.bytes", socket.SO_SNDBUF),
+                                ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
+                if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
+                    sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
         connection = KafkaConnection(self.ctx, ROUTES, self._closed)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
