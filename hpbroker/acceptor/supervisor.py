@@ -36,8 +36,10 @@ import socket
 import time
 from dataclasses import dataclass, field
 
+from hpbroker.acceptor.metrics_http import MetricsEndpoint
 from hpbroker.acceptor.notify import Notifier
-from hpbroker.server.config import BrokerConfig
+from hpbroker.server import metrics_dir
+from hpbroker.server.config import BrokerConfig, parse_listener
 from hpbroker.storage import LogManager
 from hpbroker.storage.config import ConfigError
 
@@ -126,6 +128,16 @@ class Supervisor:
         self.listener = systemd_listener() or bind_listener(listener.host, listener.port)
         self.listener.setblocking(False)
         self.address = self.listener.getsockname()
+        self.metrics_path = metrics_dir.prepare()  # before anything imports prometheus-client
+        self.metrics_endpoint = None
+        if cfg["metrics.listen"]:
+            where = parse_listener(cfg["metrics.listen"])
+            try:
+                self.metrics_endpoint = MetricsEndpoint(where.host, where.port)
+            except OSError as exc:
+                raise BrokerStartError(f"cannot serve metrics on {where.host}:{where.port}: {exc.strerror}") from None
+            self.selector.register(self.metrics_endpoint.sock, selectors.EVENT_READ, "metrics")
+            log.info("metrics at http://%s:%d/metrics", where.host, self.metrics_endpoint.address[1])
         _warm_up_kernels()
         self._install_signals()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
@@ -172,6 +184,11 @@ class Supervisor:
     def _forget_parent_state(self) -> None:
         """In the child: nothing of the acceptor's loop survives the fork."""
         signal.set_wakeup_fd(-1)
+        for key in list(self.selector.get_map().values()):
+            if key.data == "metrics-client":
+                key.fileobj.close()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.sock.close()
         self.selector.close()
         self.listener.close()
         os.close(self.wakeup_r)
@@ -189,6 +206,13 @@ class Supervisor:
             for key, _ in self.selector.select(timeout=0.5):
                 if key.data == "accept":
                     self._accept()
+                elif key.data == "metrics":
+                    for conn in self.metrics_endpoint.accept():
+                        self.selector.register(conn, selectors.EVENT_READ, "metrics-client")
+                elif key.data == "metrics-client":
+                    if self.metrics_endpoint.readable(key.fileobj):
+                        self.selector.unregister(key.fileobj)
+                        key.fileobj.close()
                 elif key.data == "signal":
                     self._drain_wakeup()
                 else:
@@ -345,6 +369,9 @@ class Supervisor:
         if slot.control is not None:
             self.selector.unregister(slot.control)
             slot.control.close()
+        from hpbroker.server import metrics
+
+        metrics.mark_dead(slot.pid)  # its gauges (connections, offsets) no longer count
         slot.pid, slot.control, slot.ready, slot.exit_code = 0, None, False, code
         if self.stopping:
             return
@@ -365,6 +392,9 @@ class Supervisor:
             return
         log.warning("worker %d exited (%s); restarting it, its partitions will be recovered", slot.index,
                     f"signal {-code}" if code < 0 else f"code {code}")
+        from hpbroker.server import metrics
+
+        metrics.WORKER_RESTARTS.inc()
         self._spawn(slot, clean_shutdown=False)
 
     # --- stop ----------------------------------------------------------------------
@@ -394,6 +424,9 @@ class Supervisor:
                 _kill(slot.pid, signal.SIGKILL)
                 code = _wait(slot.pid, time.monotonic() + 5)
             codes.append(code)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
+        metrics_dir.cleanup(self.metrics_path)
         all_clean = all(c == 0 for c in codes) and self.exit_code == 0
         if all_clean:
             self.root.close_root()

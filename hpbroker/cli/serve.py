@@ -6,9 +6,9 @@ and ``--listen`` (``listeners``).  A bad setting or a busy directory is one
 readable line and exit status 2 or 1, not a traceback.
 """
 
-import logging
 import sys
 
+from hpbroker.server import logs
 from hpbroker.storage.config import ConfigError
 
 
@@ -20,19 +20,16 @@ def add_parser(sub) -> None:
     parser.add_argument("--data-dir", help="log directory, sets log.dirs (default ./data unless the config file sets it)")
     parser.add_argument("--listen", metavar="HOST:PORT", help="sets listeners=PLAINTEXT://HOST:PORT (default 127.0.0.1:9092)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="text (journald-aware) or one JSON object per line")
     parser.set_defaults(run=run)
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
 
 
 def run(args) -> int:
     from hpbroker.acceptor.supervisor import BrokerStartError, Supervisor
     from hpbroker.server.config import BrokerConfig, parse_overrides
 
-    _setup_logging(args.log_level)
+    logs.setup(args.log_level, args.log_format)
 
     def load() -> BrokerConfig:
         """The configuration from the command line's sources; SIGHUP calls it again."""

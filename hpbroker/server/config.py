@@ -61,6 +61,7 @@ _BROKER_KEYS = {
     "worker.heartbeat.interval.ms": (int, 1000),
     "worker.heartbeat.timeout.ms": (int, 30000),
     "shutdown.timeout.ms": (int, 30000),
+    "metrics.listen": (str, ""),
 }
 
 
@@ -186,3 +187,5 @@ class BrokerConfig:
             raise ConfigError("zookeeper.connect is set, but cluster mode is not built yet: "
                               "remove it to run this broker standalone")
         self.listener  # parses, or raises ConfigError
+        if self.values["metrics.listen"]:
+            parse_listener(self.values["metrics.listen"])

@@ -35,7 +35,7 @@ from hpbroker.kernels.batch_scan import (
     STOP_TORN,
 )
 from hpbroker.kernels.index_plan import plan_index_entries
-from hpbroker.storage import filenames
+from hpbroker.storage import filenames, stats
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.offset_index import OffsetIndex
 from hpbroker.storage.time_index import TimeIndex
@@ -221,7 +221,7 @@ class LogSegment:
             self.time_index.maybe_append(self._state.max_timestamp, self._state.offset_of_max_timestamp)
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        stats.timed_fsync(os.fsync, self.fd)
         self.offset_index.flush()
         self.time_index.flush()
 

@@ -9,10 +9,12 @@ and closed; every other connection carries on.
 
 import asyncio
 import logging
+import time
 
 from hpbroker.protocol import (FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey, UnsupportedVersion,
                                decode_request, encode_response, unsupported_api_versions_response)
 from hpbroker.workers.context import CLIENT_HOST
+from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class KafkaConnection(asyncio.Protocol):
         self.paused = False
         self.closing = False
         self.task = None
+        self.current = None  # header of the request being handled, for error context
         self.writable = asyncio.Event()
         self.writable.set()
 
@@ -106,7 +109,14 @@ class KafkaConnection(asyncio.Protocol):
                 self._drop(f"write failed: {exc}")
                 return
             except Exception:
-                log.exception("request from %s failed; closing its connection", self.peer)
+                header = self.current
+                context = {"client": self.peer}
+                if header is not None:
+                    context.update(client_id=header.client_id, api_key=header.api_key, api_version=header.api_version,
+                                   correlation_id=header.correlation_id)
+                log.exception("request from %s failed (%s); closing its connection", self.peer,
+                              ", ".join(f"{k}={v}" for k, v in context.items() if k != "client"),
+                              extra={"context": context})
                 self.closing = True
                 self.transport.abort()
                 return
@@ -126,11 +136,14 @@ class KafkaConnection(asyncio.Protocol):
         except MalformedRequest as exc:
             self._drop(f"malformed request: {exc}")
             return None
+        self.current = header
         handler = self.routes.get(header.api_key)
         if handler is None:
             self._drop(f"api key {header.api_key} is advertised but has no handler")
             return None
+        started = time.perf_counter()
         response = await handler(self.ctx, header, request)
+        observe.request_done(header.api_key, header.api_version, started)
         if response is None:
             return None
         if isinstance(response, list):

@@ -18,6 +18,7 @@ from hpbroker.records import decode_message_set, encode_batch
 from hpbroker.storage import filenames
 from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
 from hpbroker.storage.log import now_ms
+from hpbroker.workers import observe
 from hpbroker.workers.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class PartitionService:
             log.error("produce to %s-%d failed writing: %s", topic, partition, exc)
             return KAFKA_STORAGE_ERROR, -1, -1, partition_log.log_start_offset, str(exc)
         self._wake(topic, partition)
+        observe.appended(topic, info.size, info.records)
         return NONE, info.first_offset, info.log_append_time, partition_log.log_start_offset, None
 
     def _wake(self, topic: str, partition: int) -> None:

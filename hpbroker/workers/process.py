@@ -24,6 +24,7 @@ import socket
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogManager
+from hpbroker.workers import observe
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
@@ -55,6 +56,7 @@ class Worker:
     # --- boot ----------------------------------------------------------------
     def boot(self) -> None:
         cfg = self.config
+        observe.install()
         self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
@@ -85,12 +87,14 @@ class Worker:
         self.service.groups.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
+        gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.service.groups, self.connections))
         await self.stopping.wait()
         loop.remove_reader(self.control.fileno())
         if not self.drained:
             await self._drain()
         ticker.cancel()
         heartbeat.cancel()
+        gauges.cancel()
         self.peer_server.close()
         self.peers.close()
         self.ctx.segment_files.close()

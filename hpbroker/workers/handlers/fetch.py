@@ -14,6 +14,7 @@ import logging
 import time
 
 from hpbroker.protocol import ErrorCode
+from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.peers import PeerUnavailable
 
@@ -86,6 +87,7 @@ async def handle(ctx, header, request):
             if path is not None and size and (size <= budget or budget == request.max_bytes):
                 records = FileRegion(ctx.segment_files.fd(path), position, size)
                 budget -= size
+                observe.fetched(info.name, size)
             out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
                                                   aborted=None if request.isolation_level == 0 else [], records=records))
         topics.append(out)

@@ -1,0 +1,50 @@
+"""Logging to stderr, readable by a person, journald or a log shipper.
+
+* ``text`` (the default): time, level, pid, logger, message; under systemd
+  (``$JOURNAL_STREAM`` set) the time is left to journald and each line starts
+  with its syslog priority (``<3>`` for errors, sd-daemon's convention), so
+  ``journalctl -p err`` finds them.
+* ``json``: one object per line with the same fields plus any ``context``
+  a caller attached (client, API, correlation id of a failing request).
+"""
+
+import json
+import logging
+import os
+import sys
+import time
+
+_PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+
+
+class _JournalFormatter(logging.Formatter):
+    def format(self, record):
+        return f"<{_PRIORITY.get(record.levelno, 6)}>" + super().format(record)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record):
+        entry = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "pid": record.process,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(getattr(record, "context", None) or {})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup(level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    elif os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("[%(process)d] %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level))

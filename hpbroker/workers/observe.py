@@ -1,0 +1,79 @@
+"""What a worker reports to the metrics, kept out of the request paths' code:
+request counts and latencies by API, and every few seconds the gauges of the
+partitions it owns and the lag of the groups it coordinates."""
+
+import asyncio
+import logging
+import time
+
+from hpbroker.protocol.schemas import request_type
+from hpbroker.server import metrics
+from hpbroker.storage import stats
+from hpbroker.workers.peers import PeerUnavailable
+
+log = logging.getLogger(__name__)
+
+GAUGE_INTERVAL_S = 5.0
+_API_NAMES: dict[tuple[int, int], str] = {}
+
+
+def install() -> None:
+    stats.fsync_observer = metrics.observe_fsync
+
+
+def api_name(api_key: int, api_version: int) -> str:
+    name = _API_NAMES.get((api_key, api_version))
+    if name is None:
+        cls = request_type(api_key, api_version)
+        name = cls.__name__.removesuffix("Request") if cls is not None else str(api_key)
+        _API_NAMES[(api_key, api_version)] = name
+    return name
+
+
+def request_done(api_key: int, api_version: int, started: float) -> None:
+    name = api_name(api_key, api_version)
+    metrics.REQUESTS.labels(name).inc()
+    metrics.REQUEST_SECONDS.labels(name).observe(time.perf_counter() - started)
+
+
+def appended(topic: str, size: int, records: int) -> None:
+    metrics.BYTES_IN.labels(topic).inc(size)
+    metrics.RECORDS_IN.labels(topic).inc(records)
+
+
+def fetched(topic: str, size: int) -> None:
+    metrics.BYTES_OUT.labels(topic).inc(size)
+
+
+def partition_gauges(logs) -> None:
+    for (topic, partition), partition_log in logs.logs().items():
+        labels = (topic, str(partition))
+        metrics.LOG_END_OFFSET.labels(*labels).set(partition_log.written_offset)
+        metrics.LOG_FLUSHED_OFFSET.labels(*labels).set(partition_log.flushed_offset)
+        metrics.LOG_START_OFFSET.labels(*labels).set(partition_log.log_start_offset)
+        segments = partition_log.segments
+        metrics.LOG_SEGMENTS.labels(*labels).set(len(segments))
+        metrics.LOG_SIZE.labels(*labels).set(sum(s.size for s in segments))
+
+
+async def group_lag(ctx, coordinator) -> None:
+    """Committed offset against the log end, for every group this worker coordinates."""
+    wanted = [(group, topic, partition, value.offset)
+              for group in coordinator.offsets.groups()
+              for (topic, partition), value in coordinator.offsets.of_group(group).items()]
+    ends = await asyncio.gather(*(ctx.call_owner(t, p, "offsets") for _, t, p, _ in wanted), return_exceptions=True)
+    for (group, topic, partition, committed), end in zip(wanted, ends):
+        if isinstance(end, BaseException) or end[0] != 0:  # owner away (PeerUnavailable) or no such partition
+            continue
+        metrics.GROUP_LAG.labels(group, topic, str(partition)).set(max(end[2] - committed, 0))
+
+
+async def gauges_forever(ctx, logs, coordinator, connections) -> None:
+    while True:
+        await asyncio.sleep(GAUGE_INTERVAL_S)
+        try:
+            metrics.CONNECTIONS.set(len(connections))
+            partition_gauges(logs)
+            await group_lag(ctx, coordinator)
+        except Exception:  # metrics must never take a worker down
+            log.exception("updating metrics failed")
