@@ -271,3 +271,17 @@ def test_a_failed_write_rolls_back_and_loses_nothing(tmp_path):
 
 def test_corrupt_record_error_is_a_value_error():
     assert issubclass(CorruptRecordError, ValueError)
+
+
+def test_background_checkpoints_are_all_written_by_close(tmp_path):
+    from hpbroker.storage import LogManager
+    from hpbroker.storage import checkpoints as ckpt
+
+    logs = LogManager([str(tmp_path)], LogConfig(), background_checkpoints=True).open()
+    partition_log = logs.get_or_create_log("events", 0)
+    partition_log.append(make_batch(3))
+    logs.write_checkpoints()  # queued to the writer thread
+    partition_log.append(make_batch(2))
+    logs.close()  # waits for the queue, then writes the final rows itself
+    assert ckpt.read_offset_checkpoint(str(tmp_path / "replication-offset-checkpoint")) == {("events", 0): 5}
+    assert ckpt.read_offset_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint")) == {("events", 0): 5}

@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from hpbroker.storage import checkpoints, cleaner, filenames
 from hpbroker.storage.config import LogConfig
@@ -51,6 +52,7 @@ class LogManager:
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
         owns=None,
         manage_root: bool = True,
+        background_checkpoints: bool = False,
     ):
         if not log_dirs:
             raise StorageError("log.dirs is empty")
@@ -67,6 +69,9 @@ class LogManager:
         self._last_retention_ms = self._last_checkpoint_ms = self._last_high_watermark_ms = now_ms()
         self.had_clean_shutdown = True
         self._owns = owns or (lambda topic, partition: True)
+        # A broker's event loop must not wait on checkpoint fsyncs: the rows are
+        # taken on the caller's thread, the files written (in order) by this one.
+        self._checkpoint_io = ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background_checkpoints else None
         self.manage_root = manage_root
         self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
         self._cleaner_thread: cleaner.CleanerThread | None = None
@@ -164,6 +169,9 @@ class LogManager:
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
         self.stop_cleaner()
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.shutdown(wait=True)  # earlier writes land before the final ones
+            self._checkpoint_io = None
         for partition_log in self._logs.values():
             partition_log.close()
         self.write_checkpoints()
@@ -230,11 +238,11 @@ class LogManager:
         offsets of every partition, one file of each per log dir."""
         for log_dir in self.log_dirs:
             mine = {k: v for k, v in self._logs.items() if self._dir_of[k] == log_dir}
-            self._merge_checkpoint(
+            self._write_checkpoint(
                 os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT),
                 {k: v.flushed_offset for k, v in mine.items()},
             )
-            self._merge_checkpoint(
+            self._write_checkpoint(
                 os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT),
                 # Kafka lists only logs whose start is above their first segment's base.
                 {k: v.log_start_offset for k, v in mine.items() if v.log_start_offset > v.segments[0].base_offset},
@@ -247,7 +255,7 @@ class LogManager:
         one replica, the written offset), which readers of the directory, such
         as the Spark source, treat as the end of what consumers may see."""
         for log_dir in self.log_dirs:
-            self._merge_checkpoint(
+            self._write_checkpoint(
                 os.path.join(log_dir, filenames.REPLICATION_OFFSET_CHECKPOINT),
                 {k: v.written_offset for k, v in list(self._logs.items()) if self._dir_of.get(k) == log_dir},
             )
@@ -255,7 +263,7 @@ class LogManager:
     def write_cleaner_checkpoint(self) -> None:
         """Each compacted log's first dirty offset, one file per log dir."""
         for log_dir in self.log_dirs:
-            self._merge_checkpoint(
+            self._write_checkpoint(
                 os.path.join(log_dir, filenames.CLEANER_OFFSET_CHECKPOINT),
                 {k: v.cleaner_checkpoint for k, v in list(self._logs.items())
                  if self._dir_of.get(k) == log_dir and v.config.compact},
@@ -302,6 +310,18 @@ class LogManager:
         thread, self._cleaner_thread = self._cleaner_thread, None
         if thread is not None:
             thread.stop()
+
+    def _write_checkpoint(self, path: str, rows: dict) -> None:
+        if self._checkpoint_io is None:
+            self._merge_checkpoint(path, rows)
+        else:
+            self._checkpoint_io.submit(self._merge_checkpoint_logged, path, rows)
+
+    def _merge_checkpoint_logged(self, path: str, rows: dict) -> None:
+        try:
+            self._merge_checkpoint(path, rows)
+        except OSError as exc:  # the next interval tries again; recovery covers the gap
+            log.error("writing %s failed: %s", path, exc)
 
     def _merge_checkpoint(self, path: str, rows: dict) -> None:
         """Replace this owner's rows (and drop partitions that no longer exist),

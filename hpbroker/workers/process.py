@@ -65,6 +65,7 @@ class Worker:
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
             manage_root=False,
+            background_checkpoints=True,
         ).open(clean_shutdown=self.clean_shutdown)
         self.logs.start_cleaner()  # compaction of compact topics, off the event loop
         self.service = PartitionService(self.logs, self.topics)
