@@ -73,3 +73,35 @@ def test_sd_notify_lifecycle(tmp_path):
     log = (tmp_path / "stderr.log").read_text()
     assert "reloaded: changed log.retention.ms, num.workers; num.workers need a restart" in log
     assert "applied the reloaded log settings" in log
+
+
+def test_socket_activation_the_acceptor_adopts_the_passed_listener(tmp_path):
+    """As systemd's hpbroker.socket does: the listener arrives as fd 3 with
+    LISTEN_FDS=1 and LISTEN_PID naming the broker; it must serve on it."""
+    from tests.integration.broker import metadata_ping, wait_for
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    stderr = open(tmp_path / "stderr.log", "w")
+
+    # A launcher moves the socket to fd 3, names its own pid and execs the
+    # broker in place (same pid), as systemd does.
+    launcher = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.close(int(sys.argv[1])); "
+                "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'hpbroker', 'serve', *sys.argv[2:]])")
+    fd = listener.fileno()
+    broker = subprocess.Popen(
+        [sys.executable, "-c", launcher, str(fd), "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}"],
+        stderr=stderr, cwd=REPO, pass_fds=(fd,))
+    listener.close()  # only the broker holds it now
+    try:
+        assert wait_for(lambda: metadata_ping("127.0.0.1", port), timeout=60, what="the broker on the passed socket")
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(60) == 0
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+        stderr.close()
