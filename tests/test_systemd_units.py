@@ -32,6 +32,14 @@ def test_units_verify(tmp_path):
     assert result.stderr.strip() == "", result.stderr
 
 
+def _reap(broker: subprocess.Popen, stderr) -> None:
+    """Whatever happened, leave no broker behind."""
+    if broker.poll() is None:
+        broker.kill()
+        broker.wait()
+    stderr.close()
+
+
 def _datagrams(sock: socket.socket, until: str) -> list[str]:
     """Messages up to and including the first one containing ``until`` (the socket's timeout bounds the wait)."""
     seen = []
@@ -66,10 +74,7 @@ def test_sd_notify_lifecycle(tmp_path):
         assert "STOPPING=1" in _datagrams(sock, "STOPPING=1")[-1]
         assert broker.wait(60) == 0
     finally:
-        if broker.poll() is None:
-            broker.kill()
-            broker.wait()
-        stderr.close()
+        _reap(broker, stderr)
     log = (tmp_path / "stderr.log").read_text()
     assert "reloaded: changed log.retention.ms, num.workers; num.workers need a restart" in log
     assert "applied the reloaded log settings" in log
@@ -101,7 +106,4 @@ def test_socket_activation_the_acceptor_adopts_the_passed_listener(tmp_path):
         broker.send_signal(signal.SIGTERM)
         assert broker.wait(60) == 0
     finally:
-        if broker.poll() is None:
-            broker.kill()
-            broker.wait()
-        stderr.close()
+        _reap(broker, stderr)
