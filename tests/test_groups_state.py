@@ -22,6 +22,20 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 10))
 
 
+async def until(condition, timeout: float = 2.0):
+    """Let the loop run until ``condition()`` holds (a state change another task makes)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+async def settle():
+    """Give every ready task its turn, to show that something does not happen."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
 async def join(group, member_id="", *, client="c", session=1000, rebalance=1000, protocols=PROTOCOLS,
                instance=None, require_known=True):
     return await group.join(member_id, instance, client, "/127.0.0.1", session, rebalance, "consumer", protocols,
@@ -49,8 +63,8 @@ def test_member_id_required_then_a_single_member_group_completes():
         assert g.heartbeat(member_id, None, 0) == E.ILLEGAL_GENERATION
         assert g.heartbeat("nobody", None, 1) == E.UNKNOWN_MEMBER_ID
         assert g.leave(member_id, None) == E.NONE
-        await asyncio.sleep(0)
-        assert g.state == EMPTY and g.generation == 2
+        await until(lambda: g.state == EMPTY)
+        assert g.generation == 2
         g.close()
     run(scenario())
 
@@ -63,15 +77,14 @@ def test_two_members_the_followers_sync_waits_for_the_leader():
         assert g.state == COMPLETING
         # b joins: the group goes back to PreparingRebalance; a must rejoin
         b_join = asyncio.ensure_future(join_new(g, client="b"))
-        await asyncio.sleep(0.01)
-        assert g.state == PREPARING
+        await until(lambda: g.state == PREPARING)
         assert g.heartbeat(first, None, 1) == E.REBALANCE_IN_PROGRESS
         a2 = await join(g, first, client="a")
         b = await b_join
         assert a2[1] == b[1] == 2 and a2[4] == b[4] == first  # same generation, a leads
         assert len(a2[6]) == 2 and b[6] == []  # only the leader sees the members
         follower = asyncio.ensure_future(g.sync(b[5], None, 2, None, None, []))
-        await asyncio.sleep(0.01)
+        await settle()
         assert not follower.done()
         assert (await g.sync(first, None, 2, None, None, [(first, b"A"), (b[5], b"B")]))[3] == b"A"
         assert (await follower)[3] == b"B"
@@ -114,7 +127,7 @@ def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance():
         g = Group("g", NO_DELAY)
         a = await join_new(g, session=200)
         b_join = asyncio.ensure_future(join_new(g, session=200))
-        await asyncio.sleep(0.01)
+        await until(lambda: g.state == PREPARING)
         a = await join(g, a[5], session=200)
         b = await b_join
         await asyncio.gather(g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")]),
@@ -148,7 +161,7 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
         leader = await join(g, instance="i-1", client="a")
         assert leader[0] == E.NONE  # static members skip MEMBER_ID_REQUIRED
         f_join = asyncio.ensure_future(join(g, instance="i-2", client="b"))
-        await asyncio.sleep(0.01)
+        await until(lambda: g.state == PREPARING)
         leader = await join(g, leader[5], instance="i-1", client="a")
         follower = await f_join
         await asyncio.gather(g.sync(leader[5], "i-1", 2, None, None, [(leader[5], b"A"), (follower[5], b"B")]),
@@ -213,7 +226,7 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
         c = service.groups
         c.start()
         assert c.offset_fetch("g", None, False)[0] == E.COORDINATOR_LOAD_IN_PROGRESS
-        await asyncio.sleep(0.05)
+        await until(lambda: c.offset_fetch("g", None, False)[0] != E.COORDINATOR_LOAD_IN_PROGRESS)
         assert c.offset_fetch("g", None, True) == (E.NONE, [("events", 0, 10, 3, "meta", E.NONE),
                                                              ("events", 1, 20, 3, "", E.NONE)])
         assert c.offset_fetch("g", [("events", [0, 5])], False)[1][1] == ("events", 5, -1, -1, "", E.NONE)
