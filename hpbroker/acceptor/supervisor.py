@@ -26,6 +26,7 @@ stops.
 """
 
 import errno
+import gc
 import json
 import logging
 import os
@@ -139,6 +140,11 @@ class Supervisor:
             self.selector.register(self.metrics_endpoint.sock, selectors.EVENT_READ, "metrics")
             log.info("metrics at http://%s:%d/metrics", where.host, self.metrics_endpoint.address[1])
         _warm_up_kernels()
+        # Everything loaded so far (numba, kio, ...) lives as long as the process:
+        # keep the collector from walking it (a full pass took ~20-40 ms, a
+        # latency spike), and keep its pages shared with the forked workers.
+        gc.collect()
+        gc.freeze()
         self._install_signals()
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         for slot in self.slots:

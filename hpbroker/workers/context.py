@@ -1,6 +1,7 @@
 """What a request handler can reach: the config, the topics, and the owners of
 partitions (this worker's ``PartitionService`` or a peer's, behind one call)."""
 
+import asyncio
 import contextvars
 import os
 from collections import OrderedDict
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
 from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.peers import PeerClient, resolve
+from hpbroker.workers.peers import PeerClient, PeerUnavailable, resolve
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
 
@@ -89,6 +90,28 @@ class WorkerContext:
                 result = await result
             return result
         return await self.peers.call(owner, method, topic, partition, *args)
+
+    async def call_owners(self, method: str, calls: list, unavailable) -> list:
+        """``PartitionService.method(topic, partition, *args)`` for each
+        ``(topic, partition, *args)`` in ``calls``, grouped into one call per
+        owning worker; results in the order of ``calls``.  The calls of an owner
+        that cannot be reached get ``unavailable``."""
+        by_owner: dict[int, list[int]] = {}
+        for i, (topic, partition, *_args) in enumerate(calls):
+            by_owner.setdefault(self.owner(topic, partition), []).append(i)
+        results = [unavailable] * len(calls)
+
+        async def one(owner: int, indexes: list[int]) -> None:
+            batch = [calls[i] for i in indexes]
+            try:
+                answers = await self.call_worker(owner, "batch", method, batch)
+            except PeerUnavailable:
+                return
+            for i, answer in zip(indexes, answers):
+                results[i] = answer
+
+        await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
+        return results
 
     async def call_worker(self, worker: int, method: str, *args):
         """Run ``PartitionService.method(*args)`` (dotted: a sub-service such as

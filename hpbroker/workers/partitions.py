@@ -82,6 +82,23 @@ class PartitionService:
         observe.appended(topic, info.size, info.records)
         return NONE, info.first_offset, info.log_append_time, partition_log.log_start_offset, None
 
+    def batch(self, method: str, calls: list) -> list:
+        """``method(*args)`` for each args tuple: one intra-broker round trip for
+        all the partitions of a request that this worker owns."""
+        run = getattr(self, method)
+        return [run(*args) for args in calls]
+
+    async def wait_any(self, wanted: list, timeout_s: float) -> bool:
+        """True once any ``(topic, partition, offset)`` has data at or beyond
+        its offset; False after ``timeout_s``."""
+        waits = [asyncio.ensure_future(self.wait_beyond(t, p, offset, timeout_s)) for t, p, offset in wanted]
+        if not waits:
+            return False
+        done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for wait in pending:
+            wait.cancel()
+        return any(w.result() for w in done if not w.cancelled() and w.exception() is None)
+
     def _wake(self, topic: str, partition: int) -> None:
         for future in self._waiters.pop((topic, partition), ()):
             if not future.done():

@@ -15,6 +15,7 @@ per packet:
 """
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -244,6 +245,7 @@ def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.s
         except OSError:
             pass
         return BOOT_FAILURE_EXIT
+    gc.freeze()  # the booted state stays for good: no collector pauses walking it (see the acceptor)
     log.info("worker %d up on CPU %s, owning %d partitions", index, cpu, len(worker.logs.logs()))
     asyncio.run(worker.serve())
     return 0

@@ -16,24 +16,34 @@ import time
 from hpbroker.protocol import ErrorCode
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
-from hpbroker.workers.peers import PeerUnavailable
 
 API_KEY = 1
 log = logging.getLogger(__name__)
 
 
-async def _locate(ctx, info, partition):
-    if info is None:
-        return None
-    if partition.partition >= info.partitions:
-        info = ctx.topics.get(info.name, partition.partition) or info
-    if not 0 <= partition.partition < info.partitions:
-        return (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0)
-    try:
-        return await ctx.call_owner(info.name, partition.partition, "locate", partition.fetch_offset,
-                                    partition.partition_max_bytes)
-    except PeerUnavailable:
-        return (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0)
+_UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0)
+_UNKNOWN_PARTITION = (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0)
+
+
+async def _locate_all(ctx, wanted) -> list:
+    """Where each requested partition's batches are: one call per owning worker.
+    None for a partition of an unknown topic (its error is the topic's)."""
+    results, calls, slots = [], [], []
+    for _, info, _, parts in wanted:
+        for p in parts:
+            if info is not None and p.partition >= info.partitions:
+                info = ctx.topics.get(info.name, p.partition) or info  # grown through another worker?
+            if info is None:
+                results.append(None)
+            elif not 0 <= p.partition < info.partitions:
+                results.append(_UNKNOWN_PARTITION)
+            else:
+                slots.append(len(results))
+                results.append(None)
+                calls.append((info.name, p.partition, p.fetch_offset, p.partition_max_bytes))
+    for slot, answer in zip(slots, await ctx.call_owners("locate", calls, _UNAVAILABLE)):
+        results[slot] = answer
+    return results
 
 
 def _resolve(ctx, topic, version):
@@ -43,11 +53,16 @@ def _resolve(ctx, topic, version):
 
 
 async def _wait_for_data(ctx, wanted, timeout_s):
-    calls = [asyncio.ensure_future(ctx.call_owner(info.name, p.partition, "wait_beyond", p.fetch_offset, timeout_s))
-             for info, p in wanted]
-    if not calls:
-        await asyncio.sleep(timeout_s)
+    """Until any partition grows past its fetch offset (one wait per owner) or time is up."""
+    by_owner: dict[int, list] = {}
+    for _, info, _, parts in wanted:
+        for p in parts:
+            if info is not None:
+                by_owner.setdefault(ctx.owner(info.name, p.partition), []).append((info.name, p.partition, p.fetch_offset))
+    if not by_owner:
+        await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
+    calls = [asyncio.ensure_future(ctx.call_worker(owner, "wait_any", items, timeout_s)) for owner, items in by_owner.items()]
     done, pending = await asyncio.wait(calls, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     for call in pending:
         call.cancel()
@@ -63,15 +78,15 @@ async def handle(ctx, header, request):
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await asyncio.gather(*(_locate(ctx, info, p) for _, info, _, parts in wanted for p in parts))
+        located = await _locate_all(ctx, wanted)
         ready = sum(r[6] for r in located if r is not None and r[0] == 0 and r[4])
         errors = any(r is None or r[0] != 0 for r in located)
         remaining = deadline - time.monotonic()
         if ready >= request.min_bytes or errors or remaining <= 0 or not located:
             break
-        await _wait_for_data(ctx, [(info, p) for _, info, _, parts in wanted for p in parts], remaining)
+        await _wait_for_data(ctx, wanted, remaining)
         if time.monotonic() >= deadline:
-            located = await asyncio.gather(*(_locate(ctx, info, p) for _, info, _, parts in wanted for p in parts))
+            located = await _locate_all(ctx, wanted)
             break
     budget = request.max_bytes if version >= 3 else 1 << 31
     topics, results = [], iter(located)

@@ -1,13 +1,11 @@
 """Produce (0): each partition's batches go to its owning worker, which appends
 them (single writer); the answers come back in the client's order."""
 
-import asyncio
 import datetime
 import logging
 
 from hpbroker.protocol import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.peers import PeerUnavailable
 
 API_KEY = 0
 log = logging.getLogger(__name__)
@@ -20,18 +18,29 @@ def _append_time(ms: int):
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
-async def _append(ctx, topic, partition, records):
-    info = ctx.topics.get(topic, partition)
-    if info is None or not 0 <= partition < info.partitions:
-        return ErrorCode.unknown_topic_or_partition, -1, -1, -1, None
-    if records is None:
-        return ErrorCode.corrupt_message, -1, -1, -1, "no records"
-    try:
-        error, base, append_time, log_start, message = await ctx.call_owner(topic, partition, "append", records)
-    except PeerUnavailable as exc:
-        log.warning("produce to %s-%d: owner unavailable: %s", topic, partition, exc)
-        return ErrorCode.not_leader_or_follower, -1, -1, -1, None
-    return ErrorCode(error), base, append_time, log_start, message
+_UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None)
+
+
+async def _append_all(ctx, work) -> list:
+    """Append each partition's batches through its owner, one call per owner."""
+    results, calls, slots = [], [], []
+    for topic, partition, records in work:
+        info = ctx.topics.get(topic, partition)
+        if info is None or not 0 <= partition < info.partitions:
+            results.append((ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None))
+        elif records is None:
+            results.append((ErrorCode.corrupt_message.value, -1, -1, -1, "no records"))
+        else:
+            slots.append(len(results))
+            results.append(None)
+            calls.append((topic, partition, records))
+    answers = await ctx.call_owners("append", calls, _UNAVAILABLE)
+    for slot, (topic, partition, _), answer in zip(slots, calls, answers):
+        if answer is _UNAVAILABLE:
+            log.warning("produce to %s-%d: its owner is unavailable (restarting?)", topic, partition)
+        results[slot] = answer
+    return [(ErrorCode(error), base, append_time, log_start, message)
+            for error, base, append_time, log_start, message in results]
 
 
 async def handle(ctx, header, request):
@@ -40,7 +49,7 @@ async def handle(ctx, header, request):
     if acks not in _VALID_ACKS:
         results = [(ErrorCode.invalid_required_acks, -1, -1, -1, None)] * len(work)
     else:
-        results = await asyncio.gather(*(_append(ctx, topic, p, records) for topic, p, records in work))
+        results = await _append_all(ctx, work)
     if acks == 0:
         return None  # Kafka sends no response at all
     m = response_module(API_KEY, header.api_version)
