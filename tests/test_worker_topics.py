@@ -79,3 +79,27 @@ def test_producer_ids_are_unique_across_workers_and_restarts(tmp_path):
     ids.append(restarted.allocate())
     assert len(set(ids)) == len(ids)
     assert ids[1] == BLOCK_SIZE and ids[3] == 2 * BLOCK_SIZE
+
+
+def test_segment_descriptors_follow_a_file_replaced_under_the_same_name(tmp_path):
+    from hpbroker.workers.context import SegmentFiles
+
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"old segment")
+    files = SegmentFiles()
+    first = files.fd(str(path))
+    assert os.pread(first, 3, 0) == b"old"
+    old_identity = (os.fstat(first).st_dev, os.fstat(first).st_ino)
+    # compaction swaps a cleaned segment in under the same name
+    replacement = tmp_path / "00000000000000000000.log.swap"
+    replacement.write_bytes(b"new segment")
+    os.replace(replacement, path)
+    assert os.pread(files.fd(str(path)), 3, 0) == b"new"
+    # positions computed on the old file must not be read from the new one
+    assert files.fd(str(path), old_identity) is None
+    # retention renames a segment to .deleted while readers may still ask for it
+    os.rename(path, str(path) + ".deleted")
+    assert os.pread(files.fd(str(path)), 3, 0) == b"new"
+    os.unlink(str(path) + ".deleted")
+    assert files.fd(str(path)) is None
+    files.close()

@@ -31,30 +31,56 @@ class BrokerIdentity:
 
 
 class SegmentFiles:
-    """Read-only descriptors of segment files, by path, for sendfile.  A
-    segment renamed to ``.deleted`` (retention) is still found under that name;
-    an open descriptor keeps reading a file that was unlinked meanwhile."""
+    """Read-only descriptors of segment files, by path, for sendfile.
+
+    A path can name a different file over time: compaction swaps a cleaned
+    segment in under the old name, and a topic deleted and created again reuses
+    its names.  So a cached descriptor is used only while it is still the file
+    the path names (same device and inode).  A segment renamed to ``.deleted``
+    by retention is still found under that name until it is unlinked."""
 
     def __init__(self):
-        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._fds: OrderedDict[str, tuple[int, tuple[int, int]]] = OrderedDict()
 
-    def fd(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is not None:
-            self._fds.move_to_end(path)
-            return fd
+    def fd(self, path: str, identity: tuple[int, int] | None = None) -> int | None:
+        """A descriptor of the file ``path`` names now (or of its ``.deleted``
+        successor); with ``identity``, None unless it is that very file."""
         try:
-            fd = os.open(path, os.O_RDONLY)
+            st = os.stat(path)
         except FileNotFoundError:
-            fd = os.open(path + ".deleted", os.O_RDONLY)
-        self._fds[path] = fd
+            path_now = path + ".deleted"
+            try:
+                st = os.stat(path_now)
+            except FileNotFoundError:
+                return None  # deleted for good: the fetch is answered without these records
+        else:
+            path_now = path
+        current = (st.st_dev, st.st_ino)
+        if identity is not None and current != identity:
+            return None
+        cached = self._fds.get(path)
+        if cached is not None and cached[1] == current:
+            self._fds.move_to_end(path)
+            return cached[0]
+        if cached is not None:
+            os.close(cached[0])
+        try:
+            fd = os.open(path_now, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        opened = os.fstat(fd)
+        if identity is not None and (opened.st_dev, opened.st_ino) != identity:
+            os.close(fd)  # swapped between the stat and the open
+            return None
+        self._fds[path] = (fd, (opened.st_dev, opened.st_ino))
+        self._fds.move_to_end(path)
         while len(self._fds) > _MAX_OPEN_SEGMENTS:
-            _, old = self._fds.popitem(last=False)
+            _, (old, _identity) = self._fds.popitem(last=False)
             os.close(old)
         return fd
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd, _identity in self._fds.values():
             os.close(fd)
         self._fds.clear()
 

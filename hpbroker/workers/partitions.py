@@ -107,19 +107,23 @@ class PartitionService:
     # --- reading ---------------------------------------------------------------
     def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> tuple:
         """Where the whole batches from ``offset`` are, up to the high watermark:
-        (error, high watermark, last stable offset, log start, path, position, size)."""
+        (error, high watermark, last stable offset, log start, path, position,
+        size, file identity).  The identity (device, inode) lets the sender make
+        sure it reads the file these positions are in, even if compaction swapped
+        a new file in under the same name meanwhile."""
         partition_log = self._log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, 0, 0
+            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, 0, 0, None
         hw = partition_log.written_offset
         start = partition_log.log_start_offset
         try:
             found = partition_log.read(offset, max_bytes)
         except OffsetOutOfRangeError:
-            return OFFSET_OUT_OF_RANGE, hw, hw, start, None, 0, 0
+            return OFFSET_OUT_OF_RANGE, hw, hw, start, None, 0, 0, None
         if found is None:
-            return NONE, hw, hw, start, None, 0, 0
-        return NONE, hw, hw, start, found.segment.log_path, found.position, found.size
+            return NONE, hw, hw, start, None, 0, 0, None
+        st = os.fstat(found.segment.fd)
+        return NONE, hw, hw, start, found.segment.log_path, found.position, found.size, (st.st_dev, st.st_ino)
 
     async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
         """True once the partition holds data at or beyond ``offset`` (or it

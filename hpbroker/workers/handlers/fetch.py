@@ -21,8 +21,8 @@ API_KEY = 1
 log = logging.getLogger(__name__)
 
 
-_UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0)
-_UNKNOWN_PARTITION = (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0)
+_UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0, None)
+_UNKNOWN_PARTITION = (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0, None)
 
 
 async def _locate_all(ctx, wanted) -> list:
@@ -97,12 +97,14 @@ async def handle(ctx, header, request):
             if r is None:
                 out.partitions.append(PartitionResult(p.partition, unknown.value, records=b""))
                 continue
-            error, hw, lso, log_start, path, position, size = r
+            error, hw, lso, log_start, path, position, size, identity = r
             records = b""
             if path is not None and size and (size <= budget or budget == request.max_bytes):
-                records = FileRegion(ctx.segment_files.fd(path), position, size)
-                budget -= size
-                observe.fetched(info.name, size)
+                fd = ctx.segment_files.fd(path, identity)
+                if fd is not None:  # else the segment was just replaced: the client fetches again
+                    records = FileRegion(fd, position, size)
+                    budget -= size
+                    observe.fetched(info.name, size)
             out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
                                                   aborted=None if request.isolation_level == 0 else [], records=records))
         topics.append(out)
