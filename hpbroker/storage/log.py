@@ -701,6 +701,9 @@ class Log:
             self._closed = True
         for segment in self._segments:
             segment.close()
+        for _due, segment in self._pending_deletes:  # retention or compaction leftovers: their files go below
+            segment.close()
+        self._pending_deletes.clear()
         parent = os.path.dirname(self.directory)
         doomed = os.path.join(parent, filenames.delete_dir_name(self.topic, self.partition))
         os.rename(self.directory, doomed)

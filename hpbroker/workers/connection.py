@@ -9,6 +9,7 @@ and closed; every other connection carries on.
 
 import asyncio
 import logging
+import os
 import time
 
 from hpbroker.protocol import (FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey, UnsupportedVersion,
@@ -36,6 +37,14 @@ class _RegionFile:
         return offset
 
 
+def _close_regions(pieces) -> None:
+    """Each FileRegion of a response owns a duplicate descriptor (the segment
+    cache may close its own meanwhile): close them once the response is out."""
+    for piece in pieces or ():
+        if isinstance(piece, FileRegion):
+            os.close(piece.fd)
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx, routes, on_close):
         self.ctx = ctx
@@ -49,6 +58,8 @@ class KafkaConnection(asyncio.Protocol):
         self.closing = False
         self.task = None
         self.current = None  # header of the request being handled, for error context
+        self.dropped = False  # closed by us for bad input: queued frames are not handled
+        self.draining = False  # the worker is stopping: reading stays paused
         self.writable = asyncio.Event()
         self.writable.set()
 
@@ -89,21 +100,24 @@ class KafkaConnection(asyncio.Protocol):
     # --- serving --------------------------------------------------------------
     def _drop(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)
-        self.closing = True
+        self.closing = self.dropped = True
         self.transport.abort()
 
     async def _serve(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
         while True:
             frame = await self.queue.get()
-            if frame is None or self.closing and self.transport.is_closing():
+            # Requests already received are handled even if the client has gone
+            # (an acks=0 produce still appends); a dropped connection stops here.
+            if frame is None or self.dropped:
                 return
             if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
                 self.paused = False
                 self.transport.resume_reading()
+            pieces = None
             try:
                 pieces = await self._handle(frame)
-                if pieces:
+                if pieces and not self.transport.is_closing():
                     await self._write(pieces)
             except (ConnectionError, OSError) as exc:
                 self._drop(f"write failed: {exc}")
@@ -117,9 +131,11 @@ class KafkaConnection(asyncio.Protocol):
                 log.exception("request from %s failed (%s); closing its connection", self.peer,
                               ", ".join(f"{k}={v}" for k, v in context.items() if k != "client"),
                               extra={"context": context})
-                self.closing = True
+                self.closing = self.dropped = True
                 self.transport.abort()
                 return
+            finally:
+                _close_regions(pieces)
 
     async def _handle(self, frame):
         try:
@@ -156,6 +172,8 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(piece, FileRegion):
                 await loop.sendfile(self.transport, _RegionFile(piece.fd), piece.position, piece.size, fallback=False)
                 self.ctx.bytes_out += piece.size
+                if self.paused or self.draining:
+                    self.transport.pause_reading()  # sendfile resumed reading behind our back
             else:
                 self.transport.write(piece)
                 self.ctx.bytes_out += len(piece)

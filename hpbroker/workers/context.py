@@ -3,6 +3,7 @@ partitions (this worker's ``PartitionService`` or a peer's, behind one call)."""
 
 import asyncio
 import contextvars
+import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
 
 _MAX_OPEN_SEGMENTS = 512
+log = logging.getLogger(__name__)
 
 # The client host of the connection whose request is being handled (each
 # connection serves from its own task, hence its own context); DescribeGroups
@@ -79,6 +81,18 @@ class SegmentFiles:
             os.close(old)
         return fd
 
+    def prune(self) -> None:
+        """Close descriptors of files that were unlinked (retention, compaction,
+        deleted topics), so their disk space is freed."""
+        for path, (fd, _identity) in list(self._fds.items()):
+            try:
+                gone = os.fstat(fd).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                del self._fds[path]
+                os.close(fd)
+
     def close(self) -> None:
         for fd, _identity in self._fds.values():
             os.close(fd)
@@ -132,6 +146,9 @@ class WorkerContext:
             try:
                 answers = await self.call_worker(owner, "batch", method, batch)
             except PeerUnavailable:
+                return
+            except RuntimeError as exc:  # the owner's method failed: logged there, answered as unavailable
+                log.error("%s on worker %d failed: %s", method, owner, exc)
                 return
             for i, answer in zip(indexes, answers):
                 results[i] = answer

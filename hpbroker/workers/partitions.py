@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 
-from hpbroker.records import decode_message_set, encode_batch
+from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
 from hpbroker.storage import filenames
 from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
 from hpbroker.storage.log import now_ms
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 KAFKA_STORAGE_ERROR = 56
 UNKNOWN_SERVER_ERROR = -1
@@ -72,6 +73,9 @@ class PartitionService:
             return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None
         try:
             info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
+        except CorruptRecordError as exc:  # a legacy message set that does not decode
+            log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
+            return CORRUPT_MESSAGE, -1, -1, partition_log.log_start_offset, str(exc)
         except StorageError as exc:
             log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
             return storage_error_code(exc), -1, -1, partition_log.log_start_offset, str(exc)
@@ -199,6 +203,7 @@ class PartitionService:
     def delete_partition(self, topic: str, partition: int) -> int:
         """Remove a partition of a deleted topic, open or not."""
         if self.logs.delete_log(topic, partition):
+            self._wake(topic, partition)  # long polls on it answer now
             return NONE
         for log_dir in self.logs.log_dirs:
             path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))

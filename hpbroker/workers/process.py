@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 BOOT_FAILURE_EXIT = 3
 TICK_S = 0.1
+PRUNE_EVERY_TICKS = 50  # unlinked segments' descriptors are closed within ~5 s
 
 
 class Worker:
@@ -197,6 +198,7 @@ class Worker:
         """Stop reading, let each connection finish the request it is on, close."""
         for connection in list(self.connections):
             if connection.transport is not None:
+                connection.draining = True
                 connection.transport.pause_reading()
                 connection.queue.put_nowait(None)
         tasks = [c.task for c in self.connections if c.task is not None]
@@ -208,10 +210,14 @@ class Worker:
 
     # --- periodic work ---------------------------------------------------------------
     async def _tick(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(TICK_S)
+            ticks += 1
             try:
                 self.service.tick()
+                if ticks % PRUNE_EVERY_TICKS == 0:
+                    self.ctx.segment_files.prune()
             except OSError:
                 log.exception("periodic flush / retention / checkpoint failed")
 

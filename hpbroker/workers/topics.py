@@ -27,6 +27,7 @@ from hpbroker.storage.config import ConfigError, LogConfig
 
 CONFIGS_FILE = "hpbroker-topic-configs.json"
 LOCK_FILE = ".hpbroker-topics.lock"
+GENERATION_FILE = ".hpbroker-topics.generation"
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -88,7 +89,21 @@ class TopicRegistry:
             stamps.append(os.stat(self._configs_path).st_mtime_ns)
         except FileNotFoundError:
             stamps.append(None)
+        # mtimes can be coarse (a jiffy on older kernels): every change made
+        # under the lock also bumps this counter.
+        stamps.append(self._read_generation())
         return tuple(stamps)
+
+    @property
+    def _generation_path(self) -> str:
+        return os.path.join(self.log_dirs[0], GENERATION_FILE)
+
+    def _read_generation(self) -> int:
+        try:
+            with open(self._generation_path, "rb") as f:
+                return int(f.read() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
 
     @property
     def _configs_path(self) -> str:
@@ -116,8 +131,9 @@ class TopicRegistry:
         configs = self._read_configs()
         topics = {}
         for topic, count in counts.items():
-            known = self._topics.get(topic)
-            topic_id = known.topic_id if known else _read_topic_id(dirs[topic])
+            # Reread on every rescan: a topic deleted and created again under the
+            # same name has a new id.
+            topic_id = _read_topic_id(dirs[topic])
             if topic_id is None:
                 # Written before partition.metadata existed (Kafka < 2.8): a stable stand-in.
                 topic_id = uuid.uuid5(uuid.NAMESPACE_URL, "hpbroker-topic:" + topic)
@@ -174,6 +190,7 @@ class TopicRegistry:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self.refresh(force=True)
             yield
+            checkpoints.write_atomically(self._generation_path, f"{self._read_generation() + 1}\n")
         finally:
             os.close(fd)
         self.refresh(force=True)

@@ -115,3 +115,60 @@ def test_busy_data_dir_is_one_line_error(broker):
     _assert_one_line_error(result, str(broker.data_dir))
     assert metadata_ping(broker.host, broker.port), "the running broker was disturbed"
     assert broker.proc.poll() is None
+
+
+def _create(broker, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept alive until the result is in
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def _produce_v3(topic: str, records: bytes, acks: int, correlation: int) -> bytes:
+    """Produce v3 (non-flexible): transactional id, acks, timeout, one topic, partition 0."""
+    name = topic.encode()
+    body = (struct.pack(">hhi", -1, acks, 30000) + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i", 1) + struct.pack(">ii", 0, len(records)) + records)
+    return _frame(_header(0, 3, correlation) + body)
+
+
+def _produce_v2_legacy(topic: str, message_set: bytes, correlation: int) -> bytes:
+    """Produce v2 with a legacy (magic 0/1) message set."""
+    name = topic.encode()
+    body = (struct.pack(">hi", 1, 30000) + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i", 1) + struct.pack(">ii", 0, len(message_set)) + message_set)
+    return _frame(_header(0, 2, correlation) + body)
+
+
+def test_acks0_requests_already_sent_are_appended_after_the_client_hangs_up(broker):
+    from hpbroker.records import Record, encode_batch
+    from tests.integration.broker import wait_for
+    from tests.integration.clients import ck_watermarks
+
+    topic = topic_name("acks0")
+    _create(broker, topic)
+    batch = encode_batch([Record(0, 1_700_000_000_000, None, b"fire and forget")])
+    with socket.create_connection(("127.0.0.1", broker.port)) as s:
+        s.sendall(b"".join(_produce_v3(topic, batch, 0, i) for i in range(300)))
+    # Kafka appends what it received even though nobody waits for an answer.
+    assert wait_for(lambda: ck_watermarks(broker.bootstrap, topic)[1] == 300, timeout=30, what="300 records appended")
+
+
+def test_a_corrupt_legacy_message_set_is_answered_corrupt_message(broker):
+    from hpbroker.records import Record, encode_message_set
+
+    topic = topic_name("legacy")
+    _create(broker, topic)
+    damaged = bytearray(encode_message_set([Record(0, 0, b"k", b"v")], magic=0))
+    damaged[-1] ^= 0xFF  # the value byte: the message CRC no longer matches
+    with socket.create_connection(("127.0.0.1", broker.port)) as s:
+        s.settimeout(10)
+        s.sendall(_produce_v2_legacy(topic, bytes(damaged), 42))
+        size = struct.unpack(">i", s.recv(4))[0]
+        answer = b""
+        while len(answer) < size:
+            answer += s.recv(size - len(answer))
+    # correlation id, then [topic [partition, error, ...]]
+    correlation, topics, name_len = struct.unpack_from(">iih", answer)
+    partition, error = struct.unpack_from(">ih", answer, 4 + 4 + 2 + name_len + 4)
+    assert (correlation, topics, partition, error) == (42, 1, 0, 2)  # CORRUPT_MESSAGE, connection still served

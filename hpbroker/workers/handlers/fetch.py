@@ -11,6 +11,7 @@ Fetch sessions are answered as full fetches (session id 0, KIP-227 allows it).
 
 import asyncio
 import logging
+import os
 import time
 
 from hpbroker.protocol import ErrorCode
@@ -52,13 +53,18 @@ def _resolve(ctx, topic, version):
     return ctx.topics.get(topic.topic), ErrorCode.unknown_topic_or_partition
 
 
-async def _wait_for_data(ctx, wanted, timeout_s):
-    """Until any partition grows past its fetch offset (one wait per owner) or time is up."""
+async def _wait_for_data(ctx, wanted, located, timeout_s):
+    """Until any partition grows past the end the last look saw (one wait per
+    owner) or time is up.  Waiting past the fetch offset instead would return at
+    once whenever some data exists but less than ``min_bytes``: a busy loop."""
     by_owner: dict[int, list] = {}
+    seen = iter(located)
     for _, info, _, parts in wanted:
         for p in parts:
-            if info is not None:
-                by_owner.setdefault(ctx.owner(info.name, p.partition), []).append((info.name, p.partition, p.fetch_offset))
+            r = next(seen)
+            if info is not None and r is not None:
+                end_seen = max(p.fetch_offset, r[1])  # r[1]: the high watermark located
+                by_owner.setdefault(ctx.owner(info.name, p.partition), []).append((info.name, p.partition, end_seen))
     if not by_owner:
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
@@ -84,7 +90,7 @@ async def handle(ctx, header, request):
         remaining = deadline - time.monotonic()
         if ready >= request.min_bytes or errors or remaining <= 0 or not located:
             break
-        await _wait_for_data(ctx, wanted, remaining)
+        await _wait_for_data(ctx, wanted, located, remaining)
         if time.monotonic() >= deadline:
             located = await _locate_all(ctx, wanted)
             break
@@ -102,7 +108,8 @@ async def handle(ctx, header, request):
             if path is not None and size and (size <= budget or budget == request.max_bytes):
                 fd = ctx.segment_files.fd(path, identity)
                 if fd is not None:  # else the segment was just replaced: the client fetches again
-                    records = FileRegion(fd, position, size)
+                    # the response owns a duplicate: the cache may close its own before the send
+                    records = FileRegion(os.dup(fd), position, size)
                     budget -= size
                     observe.fetched(info.name, size)
             out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
