@@ -57,8 +57,12 @@ class PartitionService:
         found = self.logs.get_log(topic, partition)
         if found is not None:
             return found
-        # Opening creates the directory: first make sure the topic was not just
-        # deleted through another worker.
+        # Topics are created with all their partition directories, so one that
+        # is missing belongs to a topic being deleted (perhaps through another
+        # worker, partition by partition): never bring it back by opening it.
+        name = filenames.partition_dir_name(topic, partition)
+        if not any(os.path.isdir(os.path.join(d, name)) for d in self.logs.log_dirs):
+            return None
         self.topics.refresh()
         info = self.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
