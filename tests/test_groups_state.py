@@ -4,7 +4,6 @@ join/sync/heartbeat/leave, timeouts, fencing, and reload from ``__consumer_offse
 import asyncio
 import os
 
-import pytest
 
 from hpbroker.protocol import errors as E
 from hpbroker.server.config import BrokerConfig

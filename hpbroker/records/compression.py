@@ -114,37 +114,31 @@ def is_xerial(data) -> bool:
     return bytes(data[:8]) == XERIAL_MAGIC
 
 
-# --- zstd ---------------------------------------------------------------------
+# --- zstd and lz4: frames back to back -----------------------------------------
+
+def _read_frames(new_decompressor, data: bytes, codec: str) -> bytes:
+    """Every frame of ``data``, as the formats define concatenated frames: one
+    stream.  (lz4.frame.decompress would stop after the first and silently drop
+    the rest.)  A cut frame yields what it can and no error; only eof says it
+    ended, and bytes that are not a frame fail in the decompressor."""
+    out = []
+    rest = data
+    while True:
+        dobj = new_decompressor()
+        out.append(dobj.decompress(rest))
+        if not dobj.eof:
+            raise CorruptRecordError(f"{codec} frame is truncated")
+        rest = dobj.unused_data
+        if not rest:
+            return b"".join(out)
+
 
 def _zstd_decompress(data: bytes) -> bytes:
-    out = []
-    rest = data
-    while True:
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        out.append(dobj.decompress(rest))
-        # A cut frame yields what it can and no error; only eof says it ended.
-        if not dobj.eof:
-            raise CorruptRecordError("zstd frame is truncated")
-        rest = dobj.unused_data
-        if not rest:
-            return b"".join(out)
+    return _read_frames(lambda: zstandard.ZstdDecompressor().decompressobj(), data, "zstd")
 
-
-# --- lz4 ----------------------------------------------------------------------
 
 def _lz4_decompress(data: bytes) -> bytes:
-    # lz4.frame.decompress stops after the first frame and silently drops
-    # whatever follows; read every frame, and let bytes that are not one fail.
-    out = []
-    rest = data
-    while True:
-        dobj = lz4.frame.LZ4FrameDecompressor()
-        out.append(dobj.decompress(rest))
-        if not dobj.eof:
-            raise CorruptRecordError("lz4 frame is truncated")
-        rest = dobj.unused_data
-        if not rest:
-            return b"".join(out)
+    return _read_frames(lz4.frame.LZ4FrameDecompressor, data, "lz4")
 
 
 def _xxh32(data: bytes, seed: int = 0) -> int:

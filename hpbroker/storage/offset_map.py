@@ -61,52 +61,43 @@ def _hash_keys(buf, key_start, key_length, out1, out2):
         out2[i] = _finish(h2)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _slot(t1, t2, toff, a, b):
+    """Linear probe from the key's home slot: its slot, or the empty one where it would go."""
+    slots_mask = np.uint64(t1.shape[0] - 1)
+    s = a & slots_mask
+    while True:
+        k = np.int64(s)
+        if toff[k] == _EMPTY or (t1[k] == a and t2[k] == b):
+            return k
+        s = (s + np.uint64(1)) & slots_mask
+
+
 @njit(cache=True, nogil=True)
 def _put(t1, t2, toff, h1, h2, offsets, mask, used):
     """Insert each masked (hash, offset); a later offset replaces an earlier
     one.  Returns the number of used slots."""
-    slots_mask = np.uint64(t1.shape[0] - 1)
     for i in range(h1.shape[0]):
         if not mask[i]:
             continue
-        a = h1[i]
-        b = h2[i]
-        s = a & slots_mask
-        while True:
-            k = np.int64(s)
-            if toff[k] == _EMPTY:
-                t1[k] = a
-                t2[k] = b
-                toff[k] = offsets[i]
-                used += 1
-                break
-            if t1[k] == a and t2[k] == b:
-                if offsets[i] > toff[k]:
-                    toff[k] = offsets[i]
-                break
-            s = (s + np.uint64(1)) & slots_mask
+        k = _slot(t1, t2, toff, h1[i], h2[i])
+        if toff[k] == _EMPTY:
+            t1[k] = h1[i]
+            t2[k] = h2[i]
+            toff[k] = offsets[i]
+            used += 1
+        elif offsets[i] > toff[k]:
+            toff[k] = offsets[i]
     return used
 
 
 @njit(cache=True, nogil=True)
 def _get(t1, t2, toff, h1, h2, mask, out):
     """Latest offset of each masked key, -1 when absent."""
-    slots_mask = np.uint64(t1.shape[0] - 1)
     for i in range(h1.shape[0]):
         out[i] = _EMPTY
-        if not mask[i]:
-            continue
-        a = h1[i]
-        b = h2[i]
-        s = a & slots_mask
-        while True:
-            k = np.int64(s)
-            if toff[k] == _EMPTY:
-                break
-            if t1[k] == a and t2[k] == b:
-                out[i] = toff[k]
-                break
-            s = (s + np.uint64(1)) & slots_mask
+        if mask[i]:
+            out[i] = toff[_slot(t1, t2, toff, h1[i], h2[i])]
 
 
 def hash_keys(buf: np.ndarray, key_start: np.ndarray, key_length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

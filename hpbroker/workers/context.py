@@ -123,13 +123,7 @@ class WorkerContext:
 
     async def call_owner(self, topic: str, partition: int, method: str, *args):
         """Run ``PartitionService.method(topic, partition, *args)`` on the owner."""
-        owner = self.owner(topic, partition)
-        if owner == self.index:
-            result = getattr(self.service, method)(topic, partition, *args)
-            if hasattr(result, "__await__"):
-                result = await result
-            return result
-        return await self.peers.call(owner, method, topic, partition, *args)
+        return await self.call_worker(self.owner(topic, partition), method, topic, partition, *args)
 
     async def call_owners(self, method: str, calls: list, unavailable) -> list:
         """``PartitionService.method(topic, partition, *args)`` for each

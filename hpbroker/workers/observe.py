@@ -9,7 +9,6 @@ import time
 from hpbroker.protocol.schemas import request_type
 from hpbroker.server import metrics
 from hpbroker.storage import stats
-from hpbroker.workers.peers import PeerUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
-def storage_error_code(exc: Exception) -> int:
-    """The Kafka error code a storage failure is answered with."""
-    if isinstance(exc, StorageError):
-        return exc.error_code
-    return KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else UNKNOWN_SERVER_ERROR
-
-
 class PartitionService:
     def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0):
         self.logs = logs
@@ -63,7 +56,6 @@ class PartitionService:
         name = filenames.partition_dir_name(topic, partition)
         if not any(os.path.isdir(os.path.join(d, name)) for d in self.logs.log_dirs):
             return None
-        self.topics.refresh()
         info = self.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
             return None
@@ -82,7 +74,7 @@ class PartitionService:
             return CORRUPT_MESSAGE, -1, -1, partition_log.log_start_offset, str(exc)
         except StorageError as exc:
             log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
-            return storage_error_code(exc), -1, -1, partition_log.log_start_offset, str(exc)
+            return exc.error_code, -1, -1, partition_log.log_start_offset, str(exc)
         except OSError as exc:
             log.error("produce to %s-%d failed writing: %s", topic, partition, exc)
             return KAFKA_STORAGE_ERROR, -1, -1, partition_log.log_start_offset, str(exc)

@@ -16,7 +16,6 @@ import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.broker import wait_for
 from tests.integration.clients import ck_produce, topic_name
 from tests.integration.conftest import module_broker
 

@@ -14,7 +14,7 @@ from hpbroker.spark.read import DataLossError, read_slice
 from hpbroker.spark.source import start_offsets
 from tests.spark.model import expected_rows, normalise
 from tests.spark.segments import (
-    ABORT, COMMIT, CODECS, HIGH_WATERMARK, LOG_START, RECOVERY, PartitionWriter, records, write_checkpoint,
+    ABORT, COMMIT, CODECS, HIGH_WATERMARK, LOG_START, RECOVERY, PartitionWriter, write_checkpoint,
 )
 
 

@@ -25,7 +25,7 @@ from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_
 from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
-from hpbroker.workers.groups.state import DEAD, EMPTY, Group, GroupConfig, now_ms
+from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig, now_ms
 from hpbroker.workers.topics import TOPIC_ALREADY_EXISTS, TopicError
 
 log = logging.getLogger(__name__)
@@ -303,16 +303,11 @@ class GroupCoordinator:
         if group.state == DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.state == EMPTY:
-            return E.NONE
-        if group._fenced(member_id, instance_id):
-            return E.FENCED_INSTANCE_ID
-        if member_id not in group.members:
-            return E.UNKNOWN_MEMBER_ID
-        if generation != group.generation:
-            return E.ILLEGAL_GENERATION
-        if group.state == "CompletingRebalance":
-            return E.REBALANCE_IN_PROGRESS
-        return E.NONE
+            return E.NONE  # a standalone commit (no group membership)
+        error = group._check_member(member_id, instance_id, generation)
+        if error != E.NONE:
+            return error
+        return E.REBALANCE_IN_PROGRESS if group.state == COMPLETING else E.NONE
 
     def offset_fetch(self, group_id, topics, require_stable) -> tuple:
         """topics: [(topic, [partition])] or None for all -> (error, [(topic, partition, offset,
