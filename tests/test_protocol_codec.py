@@ -157,11 +157,17 @@ def test_decode_from_splitter_memoryview():
     assert header.api_version == 12 and request.topics[0].name == "t"
 
 
-def test_unknown_tag_in_a_body_is_malformed_for_now():
-    # KIP-482 says unknown tagged fields are to be skipped, but kio's reader raises
-    # KeyError on a tag its schema lacks; we surface that as MalformedRequest. If kio
-    # learns to skip them this test fails, and the request should then decode.
+def test_unknown_tags_in_a_body_are_ignored():
+    # KIP-482: a tagged field the schema does not know is skipped (kio's own
+    # reader would raise KeyError, so the bounds check drops them first).
     data = _metadata_request_frame()
     assert data.endswith(b"\x00")  # the body's own (empty) tag section
-    with pytest.raises(MalformedRequest, match="KeyError"):
-        decode_request(data[:-1] + b"\x01\x63\x01\xaa")  # one tag: 99, 1 byte
+    _, plain = decode_request(data)
+    _, tagged = decode_request(data[:-1] + b"\x02\x63\x01\xaa\x64\x00")  # tags 99 (1 byte) and 100 (empty)
+    assert tagged == plain
+
+
+def test_tags_out_of_order_are_malformed():
+    data = _metadata_request_frame()
+    with pytest.raises(MalformedRequest, match="out of order"):
+        decode_request(data[:-1] + b"\x02\x64\x00\x63\x00")

@@ -285,3 +285,25 @@ def test_background_checkpoints_are_all_written_by_close(tmp_path):
     logs.close()  # waits for the queue, then writes the final rows itself
     assert ckpt.read_offset_checkpoint(str(tmp_path / "replication-offset-checkpoint")) == {("events", 0): 5}
     assert ckpt.read_offset_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint")) == {("events", 0): 5}
+
+
+@pytest.mark.parametrize("requested,expected", [
+    (0, (0, 2)),     # epoch 0 ended where epoch 2 began
+    (1, (0, 2)),     # unknown epoch between two known: the floor, and the start of the next
+    (2, (2, 5)),     # the latest epoch ends at the log end
+    (3, (-1, -1)),   # newer than any known
+    (-1, (-1, -1)),  # undefined
+])
+def test_end_offset_for_epoch_follows_kafkas_leader_epoch_cache(tmp_path, requested, expected):
+    log = open_log(tmp_path)
+    log.append(make_batch(2), leader_epoch=0)
+    log.append(make_batch(3), leader_epoch=2)
+    assert log.end_offset_for_epoch(requested, current_epoch=2) == expected
+
+
+def test_a_leader_holds_its_epoch_from_the_log_end_before_appending(tmp_path):
+    log = open_log(tmp_path)
+    assert log.end_offset_for_epoch(0, current_epoch=0) == (0, 0)
+    log.append(make_batch(4), leader_epoch=0)
+    assert log.end_offset_for_epoch(1, current_epoch=1) == (1, 4)
+    assert log.end_offset_for_epoch(0, current_epoch=1) == (0, 4)

@@ -29,6 +29,7 @@ from functools import cache
 from kio.serial import entity_reader, entity_writer
 
 from . import legacy_produce
+from .bounds import apply_edits, check_body
 from .exceptions import MalformedRequest, UnsupportedApiKey, UnsupportedVersion
 from .header import RequestHeader, encode_response_header, parse_request_header, peek_prefix
 from .schemas import (API_VERSIONS, CONTROLLED_SHUTDOWN, LEGACY_PRODUCE_MAX, PRODUCE,
@@ -50,21 +51,27 @@ def decode_request(frame: bytes | memoryview,
     if not versions[0] <= api_version <= versions[1] or request_type(api_key, api_version) is None:
         raise UnsupportedVersion(_best_effort_header(frame), *versions)
     header, offset = parse_request_header(frame, request_header_version(api_key, api_version))
-    return header, decode_body(api_key, api_version, frame, offset)
+    try:
+        return header, decode_body(api_key, api_version, frame, offset)
+    except MalformedRequest as exc:  # name what it was, for the one log line the server writes
+        raise MalformedRequest(f"api key {api_key} v{api_version} from client {header.client_id!r}: {exc}") from None
 
 
 def decode_body(api_key: int, api_version: int, frame: bytes | memoryview, offset: int) -> object:
     """Decode the request body starting at ``offset`` with kio's schema."""
     if api_key == PRODUCE and api_version <= LEGACY_PRODUCE_MAX:
         frame, offset = legacy_produce.as_v3_request_body(frame[offset:]), 0
-    read = _reader(request_type(api_key, api_version))
+    schema = request_type(api_key, api_version)
+    edits = check_body(schema, frame, offset)  # no declared length the data does not back
+    if edits:
+        frame = apply_edits(frame, edits)  # unknown tagged fields are ignored (KIP-482)
     try:
-        request, _size = read(frame, offset)
+        request, _size = _reader(schema)(frame, offset)
     except Exception as exc:
         # Everything kio's native reader raises here comes from the bytes: its own
         # DecodeError family, ValueError (over-long varints), KeyError (tags it does
         # not know), UnicodeDecodeError. The server needs one type for all of them.
-        raise MalformedRequest(f"api key {api_key} v{api_version}: {type(exc).__name__}: {exc}") from exc
+        raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
     return request
 
 

@@ -94,6 +94,16 @@ def read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
     raise MalformedRequest("varint longer than 5 bytes")
 
 
+def write_uvarint(value: int) -> bytes:
+    """Unsigned LEB128 varint, as compact lengths and tag counts are written."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
     """Skip a tagged-field section. The header defines no tags, so all are unknown
     and, as KIP-482 requires, ignored."""

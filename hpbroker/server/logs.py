@@ -48,3 +48,24 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level))
+
+
+class Throttled:
+    """Logs a recurring problem once, then at most once per ``interval_s`` with
+    how often it recurred meanwhile: a fault that repeats on every request or
+    tick must not flood the log.  ``key`` tells problems apart."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 60.0):
+        self.logger = logger
+        self.interval_s = interval_s
+        self._last: dict[object, tuple[float, int]] = {}  # key -> (time logged, repeats since)
+
+    def log(self, level: int, key: object, message: str, *args) -> None:
+        now = time.monotonic()
+        logged, repeats = self._last.get(key, (None, 0))
+        if logged is not None and now - logged < self.interval_s:
+            self._last[key] = (logged, repeats + 1)
+            return
+        suffix = f" (repeated {repeats} times since last logged)" if repeats else ""
+        self.logger.log(level, message + suffix, *args)
+        self._last[key] = (now, 0)

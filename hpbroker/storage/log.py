@@ -679,6 +679,26 @@ class Log:
     def leader_epochs(self) -> list[tuple[int, int]]:
         return list(self._leader_epochs)
 
+    def end_offset_for_epoch(self, requested: int, current_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) answering OffsetForLeaderEpoch as Kafka's leader
+        epoch cache does: the largest known epoch <= ``requested`` and the start
+        of the next epoch (the log end for the latest one), or (-1, -1) for an
+        epoch newer than any known.  A leader holds its ``current_epoch`` from
+        the log end on even before it appends in it."""
+        end = self.written_offset
+        epochs = list(self._leader_epochs)
+        if not epochs or current_epoch > epochs[-1][0]:
+            epochs.append((current_epoch, end))
+        if requested < 0:
+            return -1, -1
+        if requested == epochs[-1][0]:
+            return requested, end
+        later = next(((e, start) for e, start in epochs if e > requested), None)
+        if later is None:
+            return -1, -1
+        floor = [e for e, _start in epochs if e <= requested]
+        return (floor[-1] if floor else requested), later[1]
+
     # --- closing -------------------------------------------------------------
     def close(self) -> None:
         """Write and fsync everything, then close every file."""

@@ -3,8 +3,9 @@
 
 Bad input costs only this connection: an oversized frame, an unknown API key,
 an unsupported version (except ApiVersions, which gets Kafka's error-35
-answer), a malformed body, or a handler that fails are logged with the client
-and closed; every other connection carries on.
+answer) or a malformed body is logged with the client and closed; every other
+connection carries on.  A handler that fails is logged with its traceback and
+answered with Kafka's error code, as Kafka does.
 """
 
 import asyncio
@@ -12,15 +13,17 @@ import logging
 import os
 import time
 
-from hpbroker.protocol import (FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey, UnsupportedVersion,
-                               decode_request, encode_response, unsupported_api_versions_response)
+from hpbroker.protocol import (ErrorCode, FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey,
+                               UnsupportedVersion, decode_request, encode_response, unsupported_api_versions_response)
+from hpbroker.protocol.error_response import error_response
+from hpbroker.protocol.schemas import kio_version
 from hpbroker.workers.context import CLIENT_HOST
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
+PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
 _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
 
 
@@ -58,6 +61,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closing = False
         self.task = None
         self.current = None  # header of the request being handled, for error context
+        self.current_request = None
         self.dropped = False  # closed by us for bad input: queued frames are not handled
         self.draining = False  # the worker is stopping: reading stays paused
         self.writable = asyncio.Event()
@@ -116,26 +120,47 @@ class KafkaConnection(asyncio.Protocol):
                 self.transport.resume_reading()
             pieces = None
             try:
-                pieces = await self._handle(frame)
+                try:
+                    pieces = await self._handle(frame)
+                except Exception as exc:
+                    pieces = self._answer_failure(exc)
+                    if pieces is None:
+                        return
                 if pieces and not self.transport.is_closing():
                     await self._write(pieces)
             except (ConnectionError, OSError) as exc:
                 self._drop(f"write failed: {exc}")
                 return
-            except Exception:
-                header = self.current
-                context = {"client": self.peer}
-                if header is not None:
-                    context.update(client_id=header.client_id, api_key=header.api_key, api_version=header.api_version,
-                                   correlation_id=header.correlation_id)
-                log.exception("request from %s failed (%s); closing its connection", self.peer,
-                              ", ".join(f"{k}={v}" for k, v in context.items() if k != "client"),
-                              extra={"context": context})
-                self.closing = self.dropped = True
-                self.transport.abort()
-                return
             finally:
                 _close_regions(pieces)
+
+    def _answer_failure(self, exc: Exception):
+        """A handler raised: log it with its traceback and the request's context,
+        and answer with Kafka's error code in every place the response has one
+        (KAFKA_STORAGE_ERROR for a failed disk operation, UNKNOWN_SERVER_ERROR
+        otherwise), as Kafka does.  Where no such answer exists (Fetch, or a
+        Produce with acks=0, which Kafka answers by closing) the connection is
+        closed; None then."""
+        header, request = self.current, self.current_request
+        context = {"client": self.peer}
+        if header is not None:
+            context.update(client_id=header.client_id, api_key=header.api_key, api_version=header.api_version,
+                           correlation_id=header.correlation_id)
+        log.exception("request from %s failed (%s)", self.peer,
+                      ", ".join(f"{k}={v}" for k, v in context.items() if k != "client"), extra={"context": context})
+        error = ErrorCode.kafka_storage_error if isinstance(exc, OSError) else ErrorCode.unknown_server_error
+        answerable = header is not None and header.api_key != FETCH and not (
+            header.api_key == PRODUCE and getattr(request, "acks", 1) == 0)
+        if answerable:
+            try:
+                response = error_response(header.api_key, kio_version(header.api_key, header.api_version), request,
+                                          error, f"{type(exc).__name__}: {exc}"[:200])
+                return [encode_response(header, response)]
+            except Exception:
+                log.exception("could not build an error answer for api key %d v%d", header.api_key,
+                              header.api_version)
+        self._drop("its request failed and has no error answer")
+        return None
 
     async def _handle(self, frame):
         try:
@@ -152,7 +177,7 @@ class KafkaConnection(asyncio.Protocol):
         except MalformedRequest as exc:
             self._drop(f"malformed request: {exc}")
             return None
-        self.current = header
+        self.current, self.current_request = header, request
         handler = self.routes.get(header.api_key)
         if handler is None:
             self._drop(f"api key {header.api_key} is advertised but has no handler")

@@ -21,11 +21,14 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hpbroker.protocol.header import write_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 FETCH = 1
+_ZERO_UUID = bytes(16)
 
 
 class FileRegion(NamedTuple):
@@ -52,15 +55,6 @@ class TopicResult:
     partitions: list = field(default_factory=list)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Writer:
     def __init__(self, flexible: bool):
         self.flexible = flexible
@@ -69,14 +63,14 @@ class _Writer:
 
     def array_length(self, n: int | None) -> None:
         if self.flexible:
-            self.buf += _uvarint(0 if n is None else n + 1)
+            self.buf += write_uvarint(0 if n is None else n + 1)
         else:
             self.buf += _I32.pack(-1 if n is None else n)
 
     def string(self, text: str) -> None:
         raw = text.encode()
         if self.flexible:
-            self.buf += _uvarint(len(raw) + 1)
+            self.buf += write_uvarint(len(raw) + 1)
         else:
             self.buf += _I16.pack(len(raw))
         self.buf += raw
@@ -88,7 +82,7 @@ class _Writer:
     def records(self, records) -> None:
         size = -1 if records is None else (records.size if isinstance(records, FileRegion) else len(records))
         if self.flexible:
-            self.buf += _uvarint(size + 1)
+            self.buf += write_uvarint(size + 1)
         else:
             self.buf += _I32.pack(size)
         if isinstance(records, FileRegion):
@@ -119,7 +113,7 @@ def encode_fetch_response(version: int, correlation_id: int, topics: list[TopicR
     w.array_length(len(topics))
     for topic in topics:
         if version >= 13:
-            w.buf += topic.topic_id.bytes
+            w.buf += topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID  # kio reads zeros as None
         else:
             w.string(topic.name)
         w.array_length(len(topic.partitions))

@@ -28,6 +28,8 @@ OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
 KAFKA_STORAGE_ERROR = 56
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_SERVER_ERROR = -1
 
 # ListOffsets special timestamps.
@@ -169,20 +171,17 @@ class PartitionService:
             return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
         return NONE, partition_log.log_start_offset, partition_log.written_offset, self.leader_epoch
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple:
-        """OffsetForLeaderEpoch: (error, leader epoch, end offset) for the largest
-        epoch <= ``epoch`` that the log knows, or the log end."""
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, current_leader_epoch: int = -1) -> tuple:
+        """OffsetForLeaderEpoch: (error, leader epoch, end offset).  A client
+        that names a current leader epoch other than ours is told it is behind
+        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH), as Kafka does."""
         partition_log = self._log(topic, partition)
         if partition_log is None:
             return UNKNOWN_TOPIC_OR_PARTITION, -1, -1
-        epochs = partition_log.leader_epochs()
-        end = partition_log.written_offset
-        if not epochs or epoch >= epochs[-1][0]:
-            return NONE, epochs[-1][0] if epochs else self.leader_epoch, end
-        for i, (e, _start) in enumerate(epochs):
-            if e > epoch:
-                return NONE, epochs[i - 1][0] if i else -1, epochs[i][1] if i else -1
-        return NONE, self.leader_epoch, end
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            error = FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else UNKNOWN_LEADER_EPOCH
+            return error, -1, -1
+        return (NONE, *partition_log.end_offset_for_epoch(epoch, self.leader_epoch))
 
     # --- deleting --------------------------------------------------------------
     def delete_records(self, topic: str, partition: int, offset: int) -> tuple:

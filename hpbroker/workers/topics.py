@@ -47,6 +47,7 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 UNKNOWN_TOPIC_OR_PARTITION = 3
+KAFKA_STORAGE_ERROR = 56
 
 
 @dataclass(frozen=True)
@@ -256,14 +257,24 @@ class TopicRegistry:
         checkpoints.write_atomically(self._configs_path, json.dumps(configs, indent=1, sort_keys=True) + "\n")
 
     def _make_partition_dirs(self, info: TopicInfo, partitions) -> None:
-        for partition in partitions:
-            log_dir = self.log_dirs[(zlib.crc32(info.name.encode()) + partition) % len(self.log_dirs)]
-            path = os.path.join(log_dir, filenames.partition_dir_name(info.name, partition))
-            tmp = path + ".creating"
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            checkpoints.write_partition_metadata(os.path.join(tmp, filenames.PARTITION_METADATA), info.topic_id)
-            os.rename(tmp, path)  # appears whole, metadata included
+        """All of them or none: a topic with holes (a full disk halfway through)
+        would send some keys to partitions that do not exist, for good."""
+        made = []
+        try:
+            for partition in partitions:
+                log_dir = self.log_dirs[(zlib.crc32(info.name.encode()) + partition) % len(self.log_dirs)]
+                path = os.path.join(log_dir, filenames.partition_dir_name(info.name, partition))
+                tmp = path + ".creating"
+                shutil.rmtree(tmp, ignore_errors=True)
+                os.makedirs(tmp)
+                checkpoints.write_partition_metadata(os.path.join(tmp, filenames.PARTITION_METADATA), info.topic_id)
+                os.rename(tmp, path)  # appears whole, metadata included
+                made.append(path)
+        except OSError as exc:
+            for path in made + [tmp]:
+                shutil.rmtree(path, ignore_errors=True)
+            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {info.name!r} in "
+                                                  f"{os.path.dirname(exc.filename or tmp)}: {exc.strerror}") from None
 
 
 def _read_topic_id(partition_dir: str) -> uuid.UUID | None:

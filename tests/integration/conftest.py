@@ -12,9 +12,9 @@ class BrokerFactory:
         self.tmp_path = tmp_path
         self.brokers: list[Broker] = []
 
-    def __call__(self, overrides: dict | None = None, start: bool = True, **kw) -> Broker:
+    def __call__(self, overrides: dict | None = None, start: bool = True, data_dir=None, **kw) -> Broker:
         n = len(self.brokers)
-        b = Broker(self.tmp_path / f"data{n}", self.tmp_path / f"broker{n}.log", overrides, **kw)
+        b = Broker(data_dir or self.tmp_path / f"data{n}", self.tmp_path / f"broker{n}.log", overrides, **kw)
         self.brokers.append(b)
         return b.start() if start else b
 

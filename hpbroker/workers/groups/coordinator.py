@@ -21,6 +21,7 @@ import logging
 
 from hpbroker.protocol import errors as E
 from hpbroker.records import Record, encode_batch, iter_batches
+from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
 from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
@@ -53,6 +54,7 @@ class GroupCoordinator:
         self._loading: set[int] = set()
         self._closed = False
         self._expiry_timer = None
+        self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
 
     # --- topic, ownership, loading ----------------------------------------------------
     def ensure_offsets_topic(self) -> int:
@@ -63,7 +65,7 @@ class GroupCoordinator:
             self.topics.create(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIG)
         except TopicError as exc:
             if exc.code != TOPIC_ALREADY_EXISTS:
-                log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+                self._problems.log(logging.ERROR, "create", "cannot create %s: %s", OFFSETS_TOPIC, exc)
                 return E.COORDINATOR_NOT_AVAILABLE
         return E.NONE
 
@@ -166,7 +168,8 @@ class GroupCoordinator:
         error = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch))[0]
         if error == E.NONE:
             return E.NONE
-        log.warning("appending to %s for group %r failed with error %d", OFFSETS_TOPIC, group_id, error)
+        self._problems.log(logging.WARNING, ("append", error), "appending to %s for group %r failed with error %d",
+                           OFFSETS_TOPIC, group_id, error)
         if error in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
             return E.INVALID_COMMIT_OFFSET_SIZE
         return E.COORDINATOR_NOT_AVAILABLE

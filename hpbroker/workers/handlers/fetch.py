@@ -26,9 +26,11 @@ _UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0, 
 _UNKNOWN_PARTITION = (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0, None)
 
 
-async def _locate_all(ctx, wanted) -> list:
-    """Where each requested partition's batches are: one call per owning worker.
-    None for a partition of an unknown topic (its error is the topic's)."""
+async def _locate_all(ctx, wanted, max_bytes: int) -> list:
+    """Where each requested partition's batches are: one call per owning worker,
+    none larger than the whole response may be (``max_bytes``) unless its first
+    batch alone is.  None for a partition of an unknown topic (its error is the
+    topic's)."""
     results, calls, slots = [], [], []
     for _, info, _, parts in wanted:
         for p in parts:
@@ -41,7 +43,7 @@ async def _locate_all(ctx, wanted) -> list:
             else:
                 slots.append(len(results))
                 results.append(None)
-                calls.append((info.name, p.partition, p.fetch_offset, p.partition_max_bytes))
+                calls.append((info.name, p.partition, p.fetch_offset, min(p.partition_max_bytes, max_bytes)))
     for slot, answer in zip(slots, await ctx.call_owners("locate", calls, _UNAVAILABLE)):
         results[slot] = answer
     return results
@@ -78,13 +80,14 @@ async def _wait_for_data(ctx, wanted, located, timeout_s):
 
 async def handle(ctx, header, request):
     version = header.api_version
+    max_bytes = request.max_bytes if version >= 3 else 1 << 31
     deadline = time.monotonic() + request.max_wait.total_seconds()
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await _locate_all(ctx, wanted)
+        located = await _locate_all(ctx, wanted, max_bytes)
         ready = sum(r[6] for r in located if r is not None and r[0] == 0 and r[4])
         errors = any(r is None or r[0] != 0 for r in located)
         remaining = deadline - time.monotonic()
@@ -92,12 +95,14 @@ async def handle(ctx, header, request):
             break
         await _wait_for_data(ctx, wanted, located, remaining)
         if time.monotonic() >= deadline:
-            located = await _locate_all(ctx, wanted)
+            located = await _locate_all(ctx, wanted, max_bytes)
             break
-    budget = request.max_bytes if version >= 3 else 1 << 31
+    budget, first = max_bytes, True
     topics, results = [], iter(located)
     for topic, info, unknown, parts in wanted:
-        out = TopicResult(info.name if info else getattr(topic, "topic", ""), info.topic_id if info else topic.topic_id)
+        # below v13 a topic is named, from v13 on identified: echo what the request carried
+        out = TopicResult(info.name if info else getattr(topic, "topic", ""),
+                          info.topic_id if info else getattr(topic, "topic_id", None))
         for p in parts:
             r = next(results)
             if r is None:
@@ -105,12 +110,15 @@ async def handle(ctx, header, request):
                 continue
             error, hw, lso, log_start, path, position, size, identity = r
             records = b""
-            if path is not None and size and (size <= budget or budget == request.max_bytes):
+            # the first partition with data is sent whole so a consumer always
+            # progresses (KIP-74); the others only if they fit what is left
+            if path is not None and size and (size <= budget or first):
                 fd = ctx.segment_files.fd(path, identity)
                 if fd is not None:  # else the segment was just replaced: the client fetches again
                     # the response owns a duplicate: the cache may close its own before the send
                     records = FileRegion(os.dup(fd), position, size)
                     budget -= size
+                    first = False
                     observe.fetched(info.name, size)
             out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
                                                   aborted=None if request.isolation_level == 0 else [], records=records))

@@ -1,19 +1,24 @@
 """FindCoordinator (10): every group is coordinated by this broker (its owning
 worker is found per request, inside the broker); ``__consumer_offsets`` is
-created on the first lookup, as Kafka does.  Transactions have no coordinator
-yet: COORDINATOR_NOT_AVAILABLE (retriable).  v4+ batch the keys."""
+created on the first lookup, as Kafka does.  v4+ batch the keys.
+
+There is no transaction coordinator yet.  A retriable answer would keep
+``init_transactions()`` spinning until its timeout, so transactional ids get
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which librdkafka, kafka-python and the
+Java client all treat as fatal at once, with a message saying why."""
 
 from hpbroker.protocol import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
 GROUP, TRANSACTION = 0, 1
+TRANSACTIONS_UNSUPPORTED = "hpbroker does not support transactions yet (idempotent producers work)"
 
 
 def _find(ctx, key_type: int, key: str):
     """(error, message) for one key."""
     if key_type == TRANSACTION:
-        return ErrorCode.coordinator_not_available, "transactions are not supported yet"
+        return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED
     if key_type != GROUP:
         return ErrorCode.invalid_request, f"unknown key type {key_type}"
     if ctx.service.groups.ensure_offsets_topic() != 0:

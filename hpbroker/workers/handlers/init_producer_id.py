@@ -2,7 +2,8 @@
 
 A producer that sends its current id and epoch (v3+, KIP-360) gets the epoch
 bumped, so it can reset its sequences without losing its id.  Transactional
-ids need the transaction coordinator, which is not here yet.
+ids need the transaction coordinator, which is not here yet: they fail fast,
+as FindCoordinator explains.
 """
 
 from hpbroker.protocol import ErrorCode
@@ -15,7 +16,7 @@ _MAX_EPOCH = 32767
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     if request.transactional_id is not None:
-        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
+        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
                     producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)

@@ -61,6 +61,8 @@ async def handle(ctx, header, request):
                 make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p, leader_id=me.broker_id,
                      leader_epoch=0, replica_nodes=(me.broker_id,), isr_nodes=(me.broker_id,), offline_replicas=())
                 for p in range(info.partitions))
+        if info is None and name is None and header.api_version < 12:
+            name = ""  # an unknown topic id; names are nullable in responses only from v12
         topics.append(make(
             m.MetadataResponseTopic, error_code=error, name=info.name if info else name,
             topic_id=info.topic_id if info else None, is_internal=bool(info and info.is_internal),

@@ -15,7 +15,8 @@ async def _one(ctx, topic, p):
     if info is None or not 0 <= p.partition < info.partitions:
         return ErrorCode.unknown_topic_or_partition.value, -1, -1
     try:
-        return await ctx.call_owner(topic, p.partition, "end_offset_for_epoch", p.leader_epoch)
+        return await ctx.call_owner(topic, p.partition, "end_offset_for_epoch", p.leader_epoch,
+                                    getattr(p, "current_leader_epoch", -1))
     except PeerUnavailable:
         return ErrorCode.not_leader_or_follower.value, -1, -1
 
