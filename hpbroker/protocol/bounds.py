@@ -32,14 +32,13 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from functools import cache
-from types import NoneType, UnionType
-from typing import Union, get_args, get_origin
 
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 from kio.serial._introspect import get_field_tag, get_schema_field_type
 
 from .exceptions import MalformedRequest
 from .header import read_uvarint, write_uvarint
+from .schemas import is_nullable
 
 _int16 = struct.Struct(">h")
 _int32 = struct.Struct(">i")
@@ -161,7 +160,7 @@ def _field_size(field: dataclasses.Field, flexible: bool) -> tuple[int, bool]:
     if isinstance(shape, (EntityTupleField, PrimitiveTupleField)):
         return (1 if flexible else 4), False
     if isinstance(shape, EntityField):
-        return (1 if _nullable(field.type) else _compiled(shape.type_).min_size), False
+        return (1 if is_nullable(field.type) else _compiled(shape.type_).min_size), False
     kafka_type = get_schema_field_type(field)
     if kafka_type in _FIXED:
         return _FIXED[kafka_type], True
@@ -171,7 +170,7 @@ def _field_size(field: dataclasses.Field, flexible: bool) -> tuple[int, bool]:
 
 
 def _emit_field(source: _Source, indent: int, field: dataclasses.Field, flexible: bool) -> None:
-    nullable = _nullable(field.type)
+    nullable = is_nullable(field.type)
     shape = classify_field(field)
     if isinstance(shape, EntityTupleField):
         element = _compiled(shape.type_)
@@ -243,10 +242,6 @@ def _emit_count(source: _Source, indent: int, flexible: bool, nullable: bool, el
     source.add(indent, f"elif n * {element_size} > end - pos:",
                "    raise Malformed(f'array of {n} entries at byte {start} is longer than the {end - pos} bytes left')",
                "else:")
-
-
-def _nullable(field_type) -> bool:
-    return get_origin(field_type) in (UnionType, Union) and NoneType in get_args(field_type)
 
 
 def _truncated(what: str, pos: int) -> MalformedRequest:

@@ -23,14 +23,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
-from types import NoneType, UnionType
-from typing import Union, get_args, get_origin
 
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 from kio.serial._introspect import get_field_tag, get_schema_field_type
 
-from .schemas import response_type
+from .schemas import is_nullable, response_type
 
 # request field -> the response fields that echo it
 _ALIASES = {
@@ -75,7 +73,7 @@ def _value(field: dataclasses.Field, source, error: ErrorCode, message: str | No
     if isinstance(shape, EntityTupleField):
         return tuple(_build(shape.type_, item, error, message) for item in _mirrored(shape.type_, source))
     if isinstance(shape, EntityField):
-        return None if _nullable(field.type) else _build(shape.type_, None, error, message)
+        return None if is_nullable(field.type) else _build(shape.type_, None, error, message)
     if isinstance(shape, PrimitiveTupleField):
         return ()
     echoed = _echo(name, source)
@@ -83,7 +81,7 @@ def _value(field: dataclasses.Field, source, error: ErrorCode, message: str | No
         return echoed
     if field.default is not dataclasses.MISSING or get_field_tag(field) is not None:
         return dataclasses.MISSING  # the schema's default (tagged fields have one)
-    if _nullable(field.type):
+    if is_nullable(field.type):
         return None
     return _empty(get_schema_field_type(field), name)
 
@@ -130,7 +128,3 @@ def _empty(kafka_type: str, name: str):
         "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
         "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.UTC),
     }[kafka_type]
-
-
-def _nullable(field_type) -> bool:
-    return get_origin(field_type) in (UnionType, Union) and NoneType in get_args(field_type)

@@ -14,6 +14,8 @@ flexible versions) holds because kio's ApiVersionsResponse classes say so.
 from __future__ import annotations
 
 from functools import cache
+from types import NoneType, UnionType
+from typing import Union, get_args, get_origin
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 
@@ -79,3 +81,8 @@ def response_header_version(api_key: int, api_version: int) -> int:
     if cls is None:
         raise KeyError(f"no schema for api key {api_key} version {api_version}")
     return int(cls.__header_schema__.__version__)
+
+
+def is_nullable(field_type) -> bool:
+    """Whether a kio field's type allows None (``X | None``): the wire's null."""
+    return get_origin(field_type) in (UnionType, Union) and NoneType in get_args(field_type)
