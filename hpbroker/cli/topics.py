@@ -1,5 +1,7 @@
 """``hpbroker topics list|describe|create|delete|alter-config`` over the Kafka admin APIs."""
 
+import uuid
+
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
@@ -14,6 +16,7 @@ from hpbroker.cli.connection import (
     result,
 )
 from hpbroker.cli.partition_offsets import earliest_latest
+from hpbroker.storage.checkpoints import kafka_uuid_string
 
 PREFIX = "hpbroker topics"
 
@@ -97,7 +100,7 @@ def describe_topics(args, admin) -> int:
     for d in described:
         topics.append({
             "topic": d.name,
-            "topic_id": str(d.topic_id),
+            "topic_id": _kafka_topic_id(d.topic_id),
             "partition_count": len(d.partitions),
             "replication_factor": max((len(p.replicas) for p in d.partitions), default=0),
             "configs": configs.get(d.name, {}),
@@ -203,3 +206,11 @@ def _admin_error(exc: KafkaException, what: str) -> str:
     if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
         return f"{what}: no such topic"
     return f"{what}: {error.str()}"
+
+
+def _kafka_topic_id(topic_id) -> str:
+    """As Kafka's tools print it: URL-safe base64 without padding (confluent's
+    own str() uses the standard alphabet, with + and /)."""
+    high = topic_id.get_most_significant_bits() & (1 << 64) - 1
+    low = topic_id.get_least_significant_bits() & (1 << 64) - 1
+    return kafka_uuid_string(uuid.UUID(int=high << 64 | low))

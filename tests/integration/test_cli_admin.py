@@ -3,6 +3,7 @@ run as subprocesses against a real broker: tables and --json carry the same
 facts, failures are one line on stderr with status 1, and nothing prints a traceback."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -62,6 +63,9 @@ def test_create_list_describe_a_topic(broker):
     [described] = json.loads(ok("topics", "describe", topic, "--json", broker=broker))
     assert described["topic"] == topic and described["partition_count"] == 3
     assert described["configs"] == {"retention.ms": "86400000"}  # only what differs from the defaults
+    # as Kafka prints it, and as partition.metadata holds it: URL-safe base64 without padding
+    on_disk = (broker.data_dir / f"{topic}-0" / "partition.metadata").read_text().split("topic_id:")[1].strip()
+    assert described["topic_id"] == on_disk and re.fullmatch(r"[A-Za-z0-9_-]{22}", on_disk)
     by_partition = {p["partition"]: p for p in described["partitions"]}
     assert sorted(by_partition) == [0, 1, 2]
     assert by_partition[1]["log_start_offset"] == 0 and by_partition[1]["log_end_offset"] == 5
