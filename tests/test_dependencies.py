@@ -1,4 +1,4 @@
-"""The dependency direction of design.md section 1, held by reading imports."""
+"""The dependency direction of docs/architecture.md, held by reading imports."""
 
 import ast
 import pathlib

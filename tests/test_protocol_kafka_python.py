@@ -2,7 +2,7 @@
 
 Requests are encoded by kafka-python (header and size prefix included) and decoded
 by us; our framed responses are decoded by kafka-python. Versions are the ones the
-target clients send (design.md section 2) plus a neighbour or two.
+target clients send (tests/test_protocol_versions.py lists them) plus a neighbour or two.
 """
 
 import dataclasses

@@ -11,7 +11,7 @@ from hpbroker.protocol import errors
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker" / "protocol"
 
-# What each target client sends when we let it (design.md section 2), by api key.
+# What each target client sends when we let it (observed on the wire), by api key.
 OBSERVED = {
     "librdkafka 2.16": {3: 13, 0: 10, 1: 16, 2: 7, 11: 5, 14: 3, 8: 9, 9: 9},
     "kafka-python 3": {18: 4, 3: 13, 0: 9, 1: 12, 2: 11, 10: 6, 11: 7},

@@ -7,8 +7,10 @@ that librdkafka's feature detection looks for: it enables a feature only when ou
 range overlaps its probe range, e.g. LZ4 needs FindCoordinator 0, idempotence
 InitProducerId 0, and (before 2.11.1) compression needs Produce 0.
 
-Targets and what they send (design.md section 2): librdkafka 2.16 (confluent-kafka),
-librdkafka 2.0.2 (Debian's kcat), kafka-python 3, aiokafka 0.14.
+Targets: librdkafka 2.16 (confluent-kafka), librdkafka 2.0.2 (Debian's kcat),
+kafka-python 3, aiokafka 0.14. What each sends was observed on the wire: the
+requests in tests/golden/requests.jsonl (re-recorded by tests/capture_requests.py),
+and the table in tests/test_protocol_versions.py.
 """
 
 from __future__ import annotations
