@@ -17,6 +17,3 @@ def parse_time_ms(text: str) -> int:
         raise CliError(f"bad time {text!r}: want ISO 8601 (2024-05-01T12:00:00Z) or epoch milliseconds") from None
     return int(moment.timestamp() * 1000)
 
-
-def format_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")

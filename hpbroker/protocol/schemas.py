@@ -20,6 +20,7 @@ from typing import Union, get_args, get_origin
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 
 PRODUCE = 0
+FETCH = 1
 API_VERSIONS = 18
 CONTROLLED_SHUTDOWN = 7
 
@@ -51,15 +52,6 @@ def response_type(api_key: int, api_version: int) -> type | None:
         return load_response_schema(api_key, kio_version(api_key, api_version))
     except KioIndexError:
         return None
-
-
-def is_flexible(api_key: int, api_version: int) -> bool:
-    if api_key == PRODUCE and api_version <= LEGACY_PRODUCE_MAX:
-        return False
-    cls = request_type(api_key, api_version)
-    if cls is None:
-        raise KeyError(f"no schema for api key {api_key} version {api_version}")
-    return cls.__flexible__
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

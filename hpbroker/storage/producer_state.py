@@ -458,10 +458,6 @@ class ProducerStateManager:
             self._delete_snapshot(snap)
         return doomed
 
-    def latest_snapshot_offset(self) -> int | None:
-        snaps = self.list_snapshots()
-        return snaps[-1] if snaps else None
-
     def snapshot_at_or_below(self, offset: int) -> int | None:
         snaps = self.list_snapshots()
         i = bisect.bisect_right(snaps, offset)

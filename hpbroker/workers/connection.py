@@ -16,14 +16,13 @@ import time
 from hpbroker.protocol import (ErrorCode, FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey,
                                UnsupportedVersion, decode_request, encode_response, unsupported_api_versions_response)
 from hpbroker.protocol.error_response import error_response
-from hpbroker.protocol.schemas import kio_version
+from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
 from hpbroker.workers.context import CLIENT_HOST
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
 
-PRODUCE, FETCH, API_VERSIONS = 0, 1, 18
 _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
 
 

@@ -27,7 +27,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
-FETCH = 1
 _ZERO_UUID = bytes(16)
 
 

@@ -29,8 +29,4 @@ def make(cls, **values):
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def millis(ms: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=ms)
-
-
 NO_THROTTLE = datetime.timedelta(0)
