@@ -5,6 +5,7 @@
 * ``legacy``      magic 0/1 message sets, nested compressed wrappers
 * ``control``     transaction markers (control records)
 * ``compression`` none/gzip/snappy/lz4/zstd
+* ``recompress``  a v2 batch into another codec (a topic's ``compression.type``)
 * ``varint``      zig-zag varints
 * ``errors``      CorruptRecordError and its subclasses
 

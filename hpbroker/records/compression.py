@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 
 import lz4.frame
@@ -209,23 +210,57 @@ def lz4_header_checksum(frame, *, kafka3160: bool = False) -> int:
     return (_xxh32(bytes(frame[start:end])) >> 8) & 0xFF
 
 
+# --- levels ---------------------------------------------------------------------
+# Kafka's levels (compression.gzip.level, .lz4.level, .zstd.level: KIP-390), with
+# its defaults; ``None`` keeps what compress() always wrote.
+GZIP_DEFAULT_LEVEL = -1  # Deflater.DEFAULT_COMPRESSION: zlib's own default (6)
+LZ4_DEFAULT_LEVEL = 9
+ZSTD_DEFAULT_LEVEL = 3
+_LZ4_FRAME_MAX_LEVEL = 16  # lz4.frame's top level (LZ4HC, 12+ all mean "max")
+
+_per_thread = threading.local()
+
+
+def _zstd_compressor(level: int) -> "zstandard.ZstdCompressor":
+    """One compressor per level and thread: making one costs ~15 us, more than
+    compressing a small batch, and they must not be shared between threads
+    (the log cleaner compresses on its own thread)."""
+    cache = getattr(_per_thread, "zstd", None)
+    if cache is None:
+        cache = _per_thread.zstd = {}
+    found = cache.get(level)
+    if found is None:
+        found = cache[level] = zstandard.ZstdCompressor(level=level)
+    return found
+
+
+def _lz4_frame_level(level: int | None) -> int:
+    """Kafka's lz4 level 9 (the default) is lz4-java's fast compressor and any
+    other level its HC compressor at that level; lz4.frame's 0 is the fast one
+    and 3-16 are HC (its 1-2 are fast too, so Kafka's 1-2 come out fast)."""
+    if level is None or level == LZ4_DEFAULT_LEVEL:
+        return 0
+    return min(level, _LZ4_FRAME_MAX_LEVEL)
+
+
 # --- dispatch -------------------------------------------------------------------
 
-def compress(codec: int, data) -> bytes:
-    """Compress a payload with a Kafka codec id (0 none ... 4 zstd)."""
+def compress(codec: int, data, level: int | None = None) -> bytes:
+    """Compress a payload with a Kafka codec id (0 none ... 4 zstd) at a Kafka
+    level of that codec (ignored by none and snappy)."""
     data = bytes(data)
     if codec == layout.CODEC_NONE:
         return data
     if codec == layout.CODEC_GZIP:
-        return gzip.compress(data)
+        return gzip.compress(data, compresslevel=9 if level is None else level)
     if codec == layout.CODEC_SNAPPY:
         return _xerial_compress(data)
     if codec == layout.CODEC_LZ4:
         return lz4.frame.compress(
-            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-            content_checksum=False, store_size=False)
+            data, compression_level=_lz4_frame_level(level), block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False, content_checksum=False, store_size=False)
     if codec == layout.CODEC_ZSTD:
-        return zstandard.ZstdCompressor().compress(data)
+        return _zstd_compressor(ZSTD_DEFAULT_LEVEL if level is None else level).compress(data)
     raise _unknown(codec)
 
 

@@ -6,11 +6,14 @@ holds the topic-level values; ``from_broker_properties`` reads the broker keys
 and ``with_overrides`` applies a topic's own keys on top.  A few settings a log
 needs exist only broker-wide (``producer.id.expiration.ms``): their ``_Key``
 has no topic key, so no topic can override them and DescribeConfigs does not
-list them among a topic's settings.
+list them among a topic's settings.  The compression settings have one name
+at both levels (``compression.type``), as in Kafka.
 """
 
 import dataclasses
 from dataclasses import dataclass
+
+from hpbroker.storage import format_version
 
 LONG_MAX = (1 << 63) - 1
 DAY_MS = 24 * 60 * 60 * 1000
@@ -40,6 +43,27 @@ def _cleanup_policy(text: str) -> str:
     return ",".join(sorted(set(parts), key=("compact", "delete").index))
 
 
+# compression.type: Kafka's BrokerCompressionType names, in its order; the
+# codec ids are the record batch's (``producer`` keeps the producer's).
+COMPRESSION_CODECS = {"uncompressed": 0, "zstd": 4, "lz4": 3, "snappy": 2, "gzip": 1}
+PRODUCER = "producer"
+
+
+def _compression_type(text: str) -> str:
+    value = str(text).strip()
+    if value != PRODUCER and value not in COMPRESSION_CODECS:
+        raise ValueError(f"String must be one of: {', '.join([*COMPRESSION_CODECS, PRODUCER])}")
+    return value
+
+
+def _gzip_level(text: str) -> int:
+    """Deflater's levels 1-9, or -1 for zlib's default (as Kafka validates it)."""
+    level = int(str(text).strip())
+    if not (1 <= level <= 9 or level == -1):
+        raise ValueError("Value must be between 1 and 9 or equal to -1")
+    return level
+
+
 def _ratio(text: str) -> float:
     value = float(str(text).strip())
     if not 0.0 <= value <= 1.0:
@@ -54,6 +78,7 @@ class _Key:
     broker_key: str
     parse: object
     minimum: int | None = None
+    maximum: int | None = None
 
 
 _KEYS = (
@@ -73,6 +98,11 @@ _KEYS = (
     _Key("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
     _Key("preallocate", "preallocate", "log.preallocate", _parse_bool),
     _Key("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", _ratio),
+    _Key("compression_type", "compression.type", "compression.type", _compression_type),
+    _Key("compression_gzip_level", "compression.gzip.level", "compression.gzip.level", _gzip_level),
+    _Key("compression_lz4_level", "compression.lz4.level", "compression.lz4.level", int, 1, 17),
+    _Key("compression_zstd_level", "compression.zstd.level", "compression.zstd.level", int, -131072, 22),
+    _Key("message_format_version", "message.format.version", "log.message.format.version", format_version.parse),
     _Key("min_compaction_lag_ms", "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
     _Key("max_compaction_lag_ms", "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, 1),
     # The offset map's memory per cleaning pass (Kafka splits it over its cleaner threads).
@@ -110,6 +140,11 @@ class LogConfig:
     delete_retention_ms: int = DAY_MS
     preallocate: bool = False
     min_cleanable_dirty_ratio: float = 0.5
+    compression_type: str = PRODUCER
+    compression_gzip_level: int = -1  # Deflater.DEFAULT_COMPRESSION
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    message_format_version: str = format_version.DEFAULT  # accepted, ignored (Kafka 3.x)
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
@@ -155,6 +190,18 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def target_codec(self) -> int | None:
+        """The codec id every appended batch is recompressed into; None for
+        ``producer``, which keeps the batches as they came."""
+        return COMPRESSION_CODECS.get(self.compression_type)
+
+    @property
+    def compression_level(self) -> int | None:
+        """The configured level of the target codec (None: it has no levels)."""
+        return {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                "zstd": self.compression_zstd_level}.get(self.compression_type)
+
 
 def is_topic_config_key(name: str) -> bool:
     return name in _BY_TOPIC_KEY
@@ -187,6 +234,8 @@ def _convert(key: _Key, name: str, text):
     value = _parse(name, text, key.parse)
     if key.minimum is not None and value < key.minimum:
         raise ConfigError(f"invalid value {value} for {name}: must be at least {key.minimum}")
+    if key.maximum is not None and value > key.maximum:
+        raise ConfigError(f"invalid value {value} for {name}: must be at most {key.maximum}")
     return value
 
 

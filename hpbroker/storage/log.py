@@ -42,7 +42,8 @@ import numpy as np
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END
 from hpbroker.kernels.layout import CONTROL_BIT
-from hpbroker.records import batch as batch_format
+from hpbroker.records import CorruptRecordError, batch as batch_format
+from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import checkpoints, cleaner, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
@@ -304,7 +305,10 @@ class Log:
         Each batch must be whole with a valid CRC; its base offset is rewritten
         and the partition leader epoch stamped (both outside the CRC); with
         ``message.timestamp.type=LogAppendTime`` the max timestamp is set and the
-        CRC recomputed.  Returns once the batches are written (page cache), or
+        CRC recomputed.  With a ``compression.type`` other than ``producer``,
+        batches in another codec are first recompressed into it (records,
+        timestamps and producer fields unchanged, see ``records.recompress``),
+        as Kafka's LogValidator does.  Returns once the batches are written (page cache), or
         only staged with ``write=False``.  Raises a StorageError subclass (with
         the Kafka error code) and appends nothing when any batch is rejected.
 
@@ -342,6 +346,8 @@ class Log:
                     size=0,
                 )
             raise _PRODUCER_ERRORS[checked.verdict](f"{self._name}: {checked.message}")
+        if self.config.target_codec is not None:  # compression.type=producer costs nothing here
+            buf, scan = self._recompress(buf, scan)
         counts = scan.last_offset - scan.base_offset + 1
         bases = self._log_end_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
         last_offsets = bases + counts - 1
@@ -385,13 +391,7 @@ class Log:
             )
         if (scan.magic != 2).any():
             raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be appended")
-        too_large = np.flatnonzero(scan.size > self.config.max_message_bytes)
-        if len(too_large):
-            raise RecordTooLargeError(
-                f"{self._name}: batch of {int(scan.size[too_large[0]])} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-            )
-        if size > self.config.segment_bytes:
-            raise RecordTooLargeError(f"{self._name}: {size} bytes exceed segment.bytes={self.config.segment_bytes}")
+        self._check_sizes(scan, size)
         if ((scan.last_offset - scan.base_offset + 1) != scan.record_count).any() or (scan.record_count < 1).any():
             raise InvalidRecordError(f"{self._name}: a batch's record count does not match its last offset delta")
         # Python lists, not numpy reductions: a request holds a batch or a few,
@@ -404,6 +404,31 @@ class Log:
             if idempotent and any(p >= 0 and s < 0 for p, s in zip(producer_ids, scan.base_sequence.tolist())):
                 raise InvalidRecordError(f"{self._name}: a batch with a producer id has no base sequence")
         return idempotent
+
+    def _check_sizes(self, scan, size: int) -> None:
+        too_large = np.flatnonzero(scan.size > self.config.max_message_bytes)
+        if len(too_large):
+            raise RecordTooLargeError(
+                f"{self._name}: batch of {int(scan.size[too_large[0]])} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
+            )
+        if size > self.config.segment_bytes:
+            raise RecordTooLargeError(f"{self._name}: {size} bytes exceed segment.bytes={self.config.segment_bytes}")
+
+    def _recompress(self, buf, scan):
+        """The batches in the topic's ``compression.type`` codec, and their new
+        scan; the same buffer and scan when every batch already is (Kafka
+        compares the codec only, not the level).  As Kafka, the sizes are
+        checked again: a batch may have grown (``uncompressed``)."""
+        try:
+            converted = recompress_batches(buf, scan.position.tolist(), scan.size.tolist(), scan.attributes.tolist(),
+                                           self.config.target_codec, self.config.compression_level)
+        except CorruptRecordError as exc:
+            raise CorruptBatchError(f"{self._name}: cannot recompress to {self.config.compression_type}: {exc}") from None
+        if converted is None:
+            return buf, scan
+        scan = scan_batches(np.frombuffer(converted, np.uint8), verify_crc=False)  # the CRCs were just computed
+        self._check_sizes(scan, len(converted))
+        return converted, scan
 
     def _should_roll(self, incoming_bytes: int, incoming_max_ts: int, last_offset: int, batches: int) -> bool:
         seg = self.active_segment

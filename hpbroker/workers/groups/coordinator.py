@@ -31,7 +31,10 @@ from hpbroker.workers.topics import TOPIC_ALREADY_EXISTS, TopicError
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}  # Kafka's defaults
+# Kafka's: compacted, 100 MiB segments, and compression.type=producer so that a
+# broker-wide codec never makes the coordinator recompress its own writes.
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024),
+                        "compression.type": "producer"}
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 RETENTION_CHECK_S = 600.0  # offsets.retention.check.interval.ms
 LOAD_CHUNK_BYTES = 1 << 20
