@@ -18,6 +18,7 @@ from hpbroker.records import CorruptRecordError, decode_message_set, encode_batc
 from hpbroker.storage import filenames
 from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
 from hpbroker.storage.log import now_ms
+from hpbroker.server.logs import Throttled
 from hpbroker.workers import observe
 from hpbroker.workers.topics import TopicRegistry
 
@@ -47,6 +48,9 @@ class PartitionService:
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
         self._configs_generation = topics.generation
         self.groups = None  # this worker's GroupCoordinator, reached as "groups.<method>"
+        # a client retrying into a full disk, or resending a bad batch, fails
+        # every few milliseconds: one line a minute per partition and cause
+        self._rejected = Throttled(log)
 
     def _log(self, topic: str, partition: int):
         found = self.logs.get_log(topic, partition)
@@ -72,13 +76,16 @@ class PartitionService:
         try:
             info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
         except CorruptRecordError as exc:  # a legacy message set that does not decode
-            log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
+            self._rejected.log(logging.WARNING, (topic, partition, CORRUPT_MESSAGE), "produce to %s-%d rejected: %s",
+                               topic, partition, exc)
             return CORRUPT_MESSAGE, -1, -1, partition_log.log_start_offset, str(exc)
         except StorageError as exc:
-            log.warning("produce to %s-%d rejected: %s", topic, partition, exc)
+            self._rejected.log(logging.WARNING, (topic, partition, exc.error_code), "produce to %s-%d rejected: %s",
+                               topic, partition, exc)
             return exc.error_code, -1, -1, partition_log.log_start_offset, str(exc)
         except OSError as exc:
-            log.error("produce to %s-%d failed writing: %s", topic, partition, exc)
+            self._rejected.log(logging.ERROR, (topic, partition, KAFKA_STORAGE_ERROR),
+                               "produce to %s-%d failed writing: %s", topic, partition, exc)
             return KAFKA_STORAGE_ERROR, -1, -1, partition_log.log_start_offset, str(exc)
         self._wake(topic, partition)
         observe.appended(topic, info.size, info.records)

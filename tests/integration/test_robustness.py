@@ -231,6 +231,8 @@ def test_a_full_disk_refuses_writes_with_an_error_and_loses_nothing(broker_facto
         future.add_callback(lambda md, i=i: acked.append(i)).add_errback(lambda exc: failed.append(exc))
     producer.flush(30)
     assert failed and all(isinstance(e, kafka.errors.KafkaStorageError) for e in failed), failed[:3]
+    rejections = broker.log_text(since_start=True).count("rejected")
+    assert 1 <= rejections <= 2, f"{len(failed)} failed requests logged {rejections} lines: one a minute is enough"
     filler.unlink()  # the operator frees space; the broker serves writes again
     producer.send(topic, value=b"after").get(30)
     producer.close()
