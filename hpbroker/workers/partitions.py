@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 
+from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
 from hpbroker.storage import filenames
 from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
@@ -236,4 +237,7 @@ def _as_v2(records):
     if records is None or len(records) < 17 or records[16] == 2:
         return records if isinstance(records, (bytearray, memoryview)) else bytearray(records or b"")
     converted = decode_message_set(bytes(records))
-    return bytearray(encode_batch(converted, base_offset=converted[0].offset if converted else 0))
+    # the first message's codec (a compressed set is one wrapper message): Kafka
+    # keeps what the producer chose when it converts to the v2 format
+    codec = records[17] & layout.LEGACY_COMPRESSION_MASK
+    return bytearray(encode_batch(converted, base_offset=converted[0].offset if converted else 0, compression=codec))
