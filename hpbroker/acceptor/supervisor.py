@@ -12,12 +12,21 @@ the loop); the loop dispatches to ``handle_<signal>``:
 * SIGTERM / SIGINT: stop accepting, tell the workers to finish their in-flight
   requests, flush and write checkpoints; then write the markers and exit 0;
 * SIGCHLD: reap; a worker that died after booting is restarted (its
-  partitions are reopened and recovered); one that could not boot stops the
-  broker with its reason instead of looping;
+  partitions are reopened and recovered), at once the first times and then
+  after a growing back-off, but always: a crash caused by input must not be
+  able to stop the broker.  One that could not boot stops the broker with its
+  reason instead of looping;
 * SIGHUP: reread the configuration and hand the workers what can change
   live (the log settings: retention, flush, roll, ...); settings that shape the
   process tree (listeners, log.dirs, num.workers, ...) are reported as needing
   a restart.
+
+Connections are accepted only while some worker is ready: before that (and
+while every worker restarts) they wait in the kernel's listen backlog, so a
+client connecting the moment the port opens is answered, not closed.  Each
+accepted connection reaches a worker through ``handoff``, which keeps it until
+the worker has adopted it.  At the file-descriptor limit accepting pauses
+briefly (connections wait in the backlog) instead of failing in a loop.
 
 Under systemd (``Type=notify``) it reports READY=1 once every worker booted
 (recovery included), a STATUS= line with live figures, WATCHDOG=1 while the
@@ -30,13 +39,15 @@ import gc
 import json
 import logging
 import os
-import select
+import resource
 import selectors
 import signal
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
+from hpbroker.acceptor.handoff import HandOff
 from hpbroker.acceptor.metrics_http import MetricsEndpoint
 from hpbroker.acceptor.notify import Notifier
 from hpbroker.server import metrics_dir
@@ -47,8 +58,11 @@ from hpbroker.storage.config import ConfigError
 log = logging.getLogger(__name__)
 
 BOOT_FAILURE_EXIT = 3  # the worker's own (hpbroker.workers.process)
-MAX_RESTARTS = 5
-RESTART_WINDOW_S = 60.0
+RESTART_WINDOW_S = 60.0  # restarts within this long count towards the back-off
+MAX_RESTART_DELAY_S = 30.0
+MAX_HELD_CONNECTIONS = 1024  # accepted but not yet with a worker: beyond, the backlog holds them
+ACCEPT_BACKOFF_S = (0.05, 2.0)  # pause after accept() fails for want of descriptors, doubling
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 STATUS_INTERVAL_S = 5.0
 # Settings that shape the process tree or the directories: a reload cannot change them.
 RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
@@ -65,10 +79,15 @@ class WorkerSlot:
     cpu: int | None
     pid: int = 0
     control: socket.socket | None = None
-    ready: bool = False
+    ready: bool = False  # booted and reachable: a candidate for connections
+    booted: bool = False  # said "ready" since it was started
+    booted_before: bool = False  # has ever booted: a later death is a crash, not a boot failure
     connections: int = 0
     last_heartbeat: float = 0.0
     restarts: list = field(default_factory=list)  # monotonic times of recent restarts
+    restart_at: float = 0.0  # when a dead worker is due to be started again (0: not waiting)
+    unacknowledged: deque = field(default_factory=deque)  # connections sent, not yet adopted
+    refused_until: float = 0.0  # at its fd limit: no connections until then
     boot_error: str = ""
     exit_code: int | None = None
     partitions: int = 0
@@ -113,10 +132,17 @@ class Supervisor:
         n = config.num_workers
         self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(n)]
         self.broker_tag = f"{os.getpid()}"
+        self.handoff = HandOff(self.slots)
+        self.accepting = False  # the listener is in the selector
+        self.scraping = False  # the metrics listener is in the selector
+        self.accept_paused_until = 0.0
+        self.accept_backoff = ACCEPT_BACKOFF_S[0]
+        self.accept_failures = 0  # in the current episode of descriptor exhaustion
 
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.config
+        raise_nofile_limit()
         self.root = LogManager(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, manage_root=True)
         try:
             self.clean = self.root.open_root()
@@ -137,7 +163,6 @@ class Supervisor:
                 self.metrics_endpoint = MetricsEndpoint(where.host, where.port)
             except OSError as exc:
                 raise BrokerStartError(f"cannot serve metrics on {where.host}:{where.port}: {exc.strerror}") from None
-            self.selector.register(self.metrics_endpoint.sock, selectors.EVENT_READ, "metrics")
             log.info("metrics at http://%s:%d/metrics", where.host, self.metrics_endpoint.address[1])
         _warm_up_kernels()
         # Everything loaded so far (numba, kio, ...) lives as long as the process:
@@ -146,7 +171,6 @@ class Supervisor:
         gc.collect()
         gc.freeze()
         self._install_signals()
-        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         for slot in self.slots:
             self._spawn(slot, clean_shutdown=self.clean)
         log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
@@ -183,7 +207,7 @@ class Supervisor:
                 os._exit(code)
         child.close()
         parent.setblocking(False)
-        slot.pid, slot.control, slot.ready, slot.connections = pid, parent, False, 0
+        slot.pid, slot.control, slot.ready, slot.booted, slot.connections = pid, parent, False, False, 0
         slot.last_heartbeat = time.monotonic()
         self.selector.register(parent, selectors.EVENT_READ, slot)
 
@@ -204,17 +228,24 @@ class Supervisor:
                 other.control.close()
         for fd in self.root._locks:
             os.close(fd)  # the acceptor keeps the directory locks
+        self.handoff.close_all()  # the acceptor's copies: a worker must not keep connections alive
 
     # --- the loop ------------------------------------------------------------------
     def run(self) -> int:
         timeout_s = self.config["worker.heartbeat.timeout.ms"] / 1000
         while True:
-            for key, _ in self.selector.select(timeout=0.5):
+            self._update_accepting(time.monotonic())
+            for key, _ in self.selector.select(timeout=self._select_timeout()):
                 if key.data == "accept":
                     self._accept()
                 elif key.data == "metrics":
-                    for conn in self.metrics_endpoint.accept():
-                        self.selector.register(conn, selectors.EVENT_READ, "metrics-client")
+                    try:
+                        for conn in self.metrics_endpoint.accept():
+                            self.selector.register(conn, selectors.EVENT_READ, "metrics-client")
+                    except OSError as exc:
+                        if exc.errno not in _OUT_OF_DESCRIPTORS:
+                            raise
+                        self._pause_accepting(exc)
                 elif key.data == "metrics-client":
                     if self.metrics_endpoint.readable(key.fileobj):
                         self.selector.unregister(key.fileobj)
@@ -229,9 +260,11 @@ class Supervisor:
             if self.stopping:
                 return self._finish_stop()
             now = time.monotonic()
+            self.handoff.flush()  # connections that waited for a worker's channel
+            self._restart_due(now)
             healthy = True
             for slot in self.slots:
-                if slot.pid and slot.ready and now - slot.last_heartbeat > timeout_s:
+                if slot.pid and slot.booted and now - slot.last_heartbeat > timeout_s:
                     log.error("worker %d (pid %d) missed heartbeats for %.0f s; killing it", slot.index, slot.pid,
                               now - slot.last_heartbeat)
                     _kill(slot.pid, signal.SIGKILL)
@@ -240,7 +273,7 @@ class Supervisor:
 
     def _report(self, now: float, healthy: bool) -> None:
         """sd_notify: READY once all workers booted, then status and watchdog."""
-        if not self.announced_ready and all(s.ready for s in self.slots):
+        if not self.announced_ready and all(s.booted for s in self.slots):
             self.announced_ready = True
             self.notifier.ready(self.status_line(now))
             log.info("ready: %d workers serving", len(self.slots))
@@ -254,7 +287,7 @@ class Supervisor:
             self.notifier.status(self.status_line(now))
 
     def status_line(self, now: float) -> str:
-        ready = sum(1 for s in self.slots if s.ready)
+        ready = sum(1 for s in self.slots if s.booted)
         total_in = sum(s.bytes_in for s in self.slots)
         total_out = sum(s.bytes_out for s in self.slots)
         prev_in, prev_out, prev_t = self.last_totals
@@ -271,32 +304,65 @@ class Supervisor:
         except BlockingIOError:
             pass
 
+    def _select_timeout(self) -> float:
+        now = time.monotonic()
+        due = [s.restart_at - now for s in self.slots if s.restart_at]
+        if self.handoff.waiting:
+            due.append(0.02)  # a full channel drains quickly
+        if self.accept_paused_until:
+            due.append(self.accept_paused_until - now)
+        return max(0.0, min([0.5, *due]))
+
+    def _update_accepting(self, now: float) -> None:
+        """Poll the listener only while a worker can take what it accepts, the
+        acceptor is not holding too many connections, and accept() is not
+        paused for want of descriptors; otherwise clients wait in the backlog."""
+        if self.accept_paused_until and now >= self.accept_paused_until:
+            self.accept_paused_until = 0.0
+        wanted = (not self.stopping and any(s.ready for s in self.slots) and not self.accept_paused_until
+                  and self.handoff.held() < MAX_HELD_CONNECTIONS)
+        if wanted and not self.accepting:
+            self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        elif self.accepting and not wanted:
+            self.selector.unregister(self.listener)
+        self.accepting = wanted
+        # the metrics listener too pauses while descriptors are short (it would spin as well)
+        scrape = self.metrics_endpoint is not None and not self.accept_paused_until and not self.stopping
+        if scrape != self.scraping:
+            if scrape:
+                self.selector.register(self.metrics_endpoint.sock, selectors.EVENT_READ, "metrics")
+            else:
+                self.selector.unregister(self.metrics_endpoint.sock)
+            self.scraping = scrape
+
     def _accept(self) -> None:
-        while True:
+        while self.handoff.held() < MAX_HELD_CONNECTIONS:
             try:
                 conn, _addr = self.listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    log.error("accept failed: %s", exc.strerror)
+                if exc.errno in _OUT_OF_DESCRIPTORS:
+                    self._pause_accepting(exc)
                     return
                 raise
-            self._hand_off(conn)
+            if self.accept_failures:
+                log.info("accepting connections again (accept() had failed %d times for want of descriptors)",
+                         self.accept_failures)
+                self.accept_failures, self.accept_backoff = 0, ACCEPT_BACKOFF_S[0]
+            self.handoff.give(conn)
 
-    def _hand_off(self, conn: socket.socket) -> None:
-        candidates = [s for s in self.slots if s.ready and s.control is not None]
-        try:
-            if not candidates:
-                return  # no worker up (all restarting): the client retries
-            slot = min(candidates, key=lambda s: s.connections)
-            try:
-                socket.send_fds(slot.control, [b"conn"], [conn.fileno()])
-                slot.connections += 1
-            except OSError as exc:
-                log.warning("could not hand a connection to worker %d: %s", slot.index, exc)
-        finally:
-            conn.close()  # the worker holds its own descriptor now
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of descriptors: stop polling the listener for a while (doubling
+        while it lasts) rather than spin on a listener that stays readable."""
+        if not self.accept_failures:
+            soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            log.error("accept failed: %s (nofile limit %d); new connections wait in the listen backlog until "
+                      "descriptors free up", exc.strerror, soft)
+        self.accept_failures += 1
+        self.accept_paused_until = time.monotonic() + self.accept_backoff
+        self.accept_backoff = min(self.accept_backoff * 2, ACCEPT_BACKOFF_S[1])
+        self._update_accepting(time.monotonic())
 
     def _on_worker_message(self, slot: WorkerSlot) -> None:
         while slot.control is not None:
@@ -312,8 +378,13 @@ class Supervisor:
                 slot.control = None
                 return
             slot.last_heartbeat = time.monotonic()
-            if message == b"ready":
-                slot.ready = True
+            if message == b"took":
+                self.handoff.acknowledged(slot, took=True)
+            elif message == b"lost":
+                self.handoff.acknowledged(slot, took=False)
+            elif message == b"ready":
+                slot.ready = slot.booted = slot.booted_before = True
+                self.handoff.flush()
             elif message == b"closed":
                 slot.connections = max(0, slot.connections - 1)
             elif message.startswith(b"hb "):
@@ -369,19 +440,23 @@ class Supervisor:
                 self._worker_exited(slot, os.waitstatus_to_exitcode(status))
 
     def _worker_exited(self, slot: WorkerSlot, code: int) -> None:
-        was_ready = slot.ready
         if slot.control is not None:
-            self._on_worker_message(slot)  # a boot-failed reason may still be queued
+            self._on_worker_message(slot)  # a boot-failed reason (or acknowledgements) may still be queued
+        booted = slot.booted
         if slot.control is not None:
             self.selector.unregister(slot.control)
             slot.control.close()
         from hpbroker.server import metrics
 
         metrics.mark_dead(slot.pid)  # its gauges (connections, offsets) no longer count
-        slot.pid, slot.control, slot.ready, slot.exit_code = 0, None, False, code
+        slot.pid, slot.control, slot.ready, slot.booted, slot.exit_code = 0, None, False, False, code
+        self.handoff.worker_gone(slot)
         if self.stopping:
             return
-        if not was_ready or code == BOOT_FAILURE_EXIT:
+        # Only a first boot that fails, or a worker saying it could not boot,
+        # stops the broker: a restarted worker killed before it reported ready
+        # is one more crash, restarted with the back-off.
+        if code == BOOT_FAILURE_EXIT or not (booted or slot.booted_before):
             reason = slot.boot_error or f"exit code {code}"
             log.error("worker %d could not boot (%s); stopping the broker", slot.index, reason)
             self.boot_failure = f"worker {slot.index} could not boot: {reason}"
@@ -390,18 +465,24 @@ class Supervisor:
             return
         now = time.monotonic()
         slot.restarts = [t for t in slot.restarts if now - t < RESTART_WINDOW_S] + [now]
-        if len(slot.restarts) > MAX_RESTARTS:
-            log.error("worker %d died %d times within %.0f s; stopping the broker", slot.index, len(slot.restarts),
-                      RESTART_WINDOW_S)
-            self.exit_code = 1
-            self.stopping = True
-            return
-        log.warning("worker %d exited (%s); restarting it, its partitions will be recovered", slot.index,
-                    f"signal {-code}" if code < 0 else f"code {code}")
-        from hpbroker.server import metrics
+        delay = restart_delay(len(slot.restarts))
+        slot.restart_at = now + delay
+        log.warning("worker %d exited (%s); restarting it%s; its partitions will be recovered", slot.index,
+                    f"signal {-code}" if code < 0 else f"code {code}",
+                    f" in {delay:.1f} s ({len(slot.restarts)} exits within {RESTART_WINDOW_S:.0f} s)" if delay else "")
 
-        metrics.WORKER_RESTARTS.inc()
-        self._spawn(slot, clean_shutdown=False)
+    def _restart_due(self, now: float) -> None:
+        for slot in self.slots:
+            if slot.restart_at and now >= slot.restart_at and not slot.pid and not self.stopping:
+                slot.restart_at = 0.0
+                from hpbroker.server import metrics
+
+                metrics.WORKER_RESTARTS.inc()
+                try:
+                    self._spawn(slot, clean_shutdown=False)
+                except OSError as exc:  # no descriptors for its channel, fork refused: try again soon
+                    log.error("could not start worker %d again: %s; retrying in 1 s", slot.index, exc.strerror)
+                    slot.restart_at = now + 1.0
 
     # --- stop ----------------------------------------------------------------------
     def _finish_stop(self) -> int:
@@ -430,6 +511,7 @@ class Supervisor:
                 _kill(slot.pid, signal.SIGKILL)
                 code = _wait(slot.pid, time.monotonic() + 5)
             codes.append(code)
+        self.handoff.close_all()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         metrics_dir.cleanup(self.metrics_path)
@@ -455,17 +537,41 @@ class Supervisor:
                     waiting[slot.control] = slot
                 except OSError:
                     pass
-        while waiting and time.monotonic() < deadline:
-            ready = select.select(list(waiting), [], [], max(0.0, deadline - time.monotonic()))[0]
-            for sock in ready:
-                try:
-                    message = sock.recv(512)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    message = b""
-                if message in (b"drained", b""):
-                    waiting.pop(sock, None)
+        with selectors.DefaultSelector() as channels:  # select.select fails on descriptors above 1023
+            for sock in waiting:
+                channels.register(sock, selectors.EVENT_READ)
+            while waiting and time.monotonic() < deadline:
+                for key, _ in channels.select(max(0.0, deadline - time.monotonic())):
+                    sock = key.fileobj
+                    try:
+                        message = sock.recv(512)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        message = b""
+                    if message in (b"drained", b""):
+                        waiting.pop(sock, None)
+                        channels.unregister(sock)
+
+
+def restart_delay(exits_in_window: int) -> float:
+    """How long a worker that keeps dying waits before its next start: at
+    once for the first two exits in the window, then 0.5 s doubling to 30 s."""
+    if exits_in_window <= 2:
+        return 0.0
+    return min(MAX_RESTART_DELAY_S, 0.5 * 2 ** (exits_in_window - 3))
+
+
+def raise_nofile_limit() -> None:
+    """Raise the soft descriptor limit to the hard one, as brokers want (one
+    descriptor per connection and per open segment file)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            log.info("file descriptor limit (nofile) raised from %d to %d", soft, hard)
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
 
 
 def _wait(pid: int, deadline: float) -> int | None:

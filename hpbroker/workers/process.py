@@ -5,6 +5,8 @@ Control channel with the acceptor (a SOCK_SEQPACKET socketpair), one message
 per packet:
 
 * acceptor -> worker: ``conn`` with a client socket attached (SCM_RIGHTS),
+  answered ``took`` (adopted) or ``lost`` (the descriptor did not arrive:
+  our file-descriptor limit) so the acceptor can hand it elsewhere,
   ``drain`` (take no more requests, finish those in flight, answer
   ``drained``), ``stop`` (then flush, write checkpoints, exit 0),
   ``reload <json>`` (new settings; the log settings apply live);
@@ -19,10 +21,13 @@ import gc
 import json
 import logging
 import os
+import resource
 import signal
 import socket
+from collections import deque
 
 from hpbroker.server.config import BrokerConfig
+from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
@@ -37,6 +42,8 @@ from hpbroker.workers.topics import TopicRegistry
 log = logging.getLogger(__name__)
 
 BOOT_FAILURE_EXIT = 3
+CONTROL_MESSAGE_MAX = 1 << 16  # a reload carries the whole configuration
+FD_RESERVE = 64  # descriptors kept for segment files, checkpoints and peers
 TICK_S = 0.1
 PRUNE_EVERY_TICKS = 50  # unlinked segments' descriptors are closed within ~5 s
 
@@ -54,6 +61,11 @@ class Worker:
         self.connections: set[KafkaConnection] = set()
         self.stopping: asyncio.Event | None = None
         self.draining = self.drained = False
+        self._tick_problems = Throttled(log)
+        self._outbox: deque = deque()  # (message, then) not yet sent to the acceptor
+        self._outbox_waiting = False
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self._fd_ceiling = soft - FD_RESERVE  # connections beyond leave segment files no descriptors
 
     # --- boot ----------------------------------------------------------------
     def boot(self) -> None:
@@ -105,16 +117,40 @@ class Worker:
         log.info("worker %d stopped: partitions flushed, checkpoints written", self.index)
 
     # --- control channel -----------------------------------------------------------
-    def _send(self, message: bytes) -> None:
-        try:
-            self.control.send(message)
-        except (BlockingIOError, OSError) as exc:
-            log.warning("control channel: %s", exc)
+    def _send(self, message: bytes, then=None) -> None:
+        """Send to the acceptor, in order, never dropping a message: when the
+        channel is full, messages queue until it is writable again.  ``then``
+        runs once the message has left (a connection is adopted only after
+        its "took" has, so the acceptor never hands on a socket we serve)."""
+        self._outbox.append((message, then))
+        if len(self._outbox) == 1:
+            self._flush_outbox()
+
+    def _flush_outbox(self) -> None:
+        while self._outbox:
+            message, then = self._outbox[0]
+            try:
+                self.control.send(message)
+            except BlockingIOError:
+                if not self._outbox_waiting:
+                    asyncio.get_running_loop().add_writer(self.control.fileno(), self._flush_outbox)
+                    self._outbox_waiting = True
+                return
+            except OSError as exc:
+                log.warning("control channel: %s", exc)  # the acceptor is gone: _on_control stops us
+                self._outbox.clear()
+                return
+            self._outbox.popleft()
+            if then is not None:
+                then()
+        if self._outbox_waiting:
+            asyncio.get_running_loop().remove_writer(self.control.fileno())
+            self._outbox_waiting = False
 
     def _on_control(self) -> None:
         while True:
             try:
-                message, fds, _flags, _addr = socket.recv_fds(self.control, 256, 8)
+                message, fds, flags, _addr = socket.recv_fds(self.control, CONTROL_MESSAGE_MAX, 8)
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -126,8 +162,7 @@ class Worker:
                 self.stopping.set()
                 return
             if message == b"conn":
-                for fd in fds:
-                    self._adopt(fd)
+                self._on_connection(fds, flags)
             else:
                 for fd in fds:
                     os.close(fd)
@@ -137,6 +172,19 @@ class Worker:
                     asyncio.get_running_loop().create_task(self._drain(report=True))
                 elif message.startswith(b"reload "):
                     self._reload(json.loads(message[len(b"reload "):]))
+
+    def _on_connection(self, fds: list[int], flags: int) -> None:
+        """The acceptor keeps each connection until we answer: "took" (adopted
+        once that answer has left) or "lost" when its descriptor did not
+        arrive (MSG_CTRUNC: our nofile limit) or would eat into the reserve
+        our own files need, so that it goes to another worker."""
+        if flags & socket.MSG_CTRUNC or len(fds) != 1 or fds[0] >= self._fd_ceiling:
+            for fd in fds:
+                os.close(fd)
+            self._send(b"lost")
+            return
+        fd = fds[0]
+        self._send(b"took", then=lambda: self._adopt(fd))
 
     def _reload(self, props: dict) -> None:
         """Apply new log settings (retention, flush, roll, ...) to every open log."""
@@ -210,7 +258,7 @@ class Worker:
 
     # --- periodic work ---------------------------------------------------------------
     async def _tick(self) -> None:
-        ticks = 0
+        ticks = failures = 0
         while True:
             await asyncio.sleep(TICK_S)
             ticks += 1
@@ -218,8 +266,19 @@ class Worker:
                 self.service.tick()
                 if ticks % PRUNE_EVERY_TICKS == 0:
                     self.ctx.segment_files.prune()
-            except OSError:
-                log.exception("periodic flush / retention / checkpoint failed")
+            except OSError as exc:
+                # every 100 ms while the cause lasts (a full disk, no descriptors):
+                # the first failure with its traceback, then once a minute
+                if not failures:
+                    log.exception("periodic flush / retention / checkpoint failed")
+                else:
+                    self._tick_problems.log(logging.ERROR, "tick", "periodic flush / retention / checkpoint still "
+                                            "failing: %s", exc)
+                failures += 1
+                continue
+            if failures:
+                log.info("periodic flush / retention / checkpoint work succeeds again after %d failures", failures)
+                failures = 0
 
     async def _heartbeat(self) -> None:
         interval = self.config["worker.heartbeat.interval.ms"] / 1000

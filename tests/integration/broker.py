@@ -9,6 +9,7 @@ is up (the kill tests need to know which pid serves which index).
 
 import os
 import re
+import resource
 import signal
 import socket
 import struct
@@ -127,7 +128,7 @@ class Broker:
     """One hpbroker process tree: the acceptor and its workers."""
 
     def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
-                 num_workers: int | None = None):
+                 num_workers: int | None = None, nofile: int | None = None):
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
         self.overrides = dict(overrides or {})
@@ -138,6 +139,7 @@ class Broker:
         self.host = "127.0.0.1"
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        self.nofile = nofile  # soft and hard RLIMIT_NOFILE of the broker, if set
 
     @property
     def bootstrap(self) -> str:
@@ -155,12 +157,18 @@ class Broker:
         return cmd
 
     # --- life cycle ----------------------------------------------------------------
-    def start(self, timeout: float = START_TIMEOUT_S) -> "Broker":
+    def start(self, timeout: float = START_TIMEOUT_S, wait: bool = True) -> "Broker":
+        """Start the process; with ``wait``, return once it answers and every worker is up."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self._log_file = open(self.log_path, "ab")
         self._log_offset = self._log_file.tell()  # worker lines of earlier runs do not count
+        limit = self.nofile
         self.proc = subprocess.Popen(self.command(), cwd=REPO, stdin=subprocess.DEVNULL,
-                                     stdout=self._log_file, stderr=subprocess.STDOUT)
+                                     stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     preexec_fn=(lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+                                     if limit else None)
+        if not wait:
+            return self
         try:
             wait_for(self._ready, timeout, f"broker on {self.bootstrap} to answer Metadata")
             wait_for(lambda: len(self.worker_pids()) == self.num_workers, timeout, "every worker to be up")

@@ -1,0 +1,110 @@
+"""Handing accepted connections to workers without losing one on the way.
+
+A connection passes from the acceptor to a worker as an SCM_RIGHTS message on
+that worker's control channel.  Three things can go wrong between accept()
+and the worker's event loop, and none of them may cost the client its
+connection:
+
+* the channel is full (a burst of connections, a worker busy for a moment):
+  the connection goes to another worker, or waits here until one can take it;
+* the worker is dead or dying: messages still queued in its channel die with
+  it, so the acceptor keeps its own descriptor of every connection it sent
+  until the worker acknowledges it (``took``), and hands the unacknowledged
+  ones to the other workers when the worker is gone;
+* the worker is at its file-descriptor limit: the kernel drops the descriptor
+  it could not install (MSG_CTRUNC), the worker says ``lost``, and the
+  connection, still open here, goes elsewhere.
+
+The acknowledgements come back in the order the connections were sent (the
+channel is SOCK_SEQPACKET), so each worker's unacknowledged connections are a
+FIFO.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import deque
+
+from hpbroker.server.logs import Throttled
+
+log = logging.getLogger(__name__)
+
+REFUSED_BACKOFF_S = 1.0  # a worker at its fd limit gets no connections for this long
+
+
+class HandOff:
+    def __init__(self, slots):
+        self.slots = slots
+        self.waiting: deque[socket.socket] = deque()  # accepted, not with any worker yet
+        self._problems = Throttled(log)
+
+    def give(self, conn: socket.socket) -> None:
+        """A newly accepted connection: to a worker now, or as soon as one can take it."""
+        self.waiting.append(conn)
+        self.flush()
+
+    def flush(self) -> None:
+        """Send waiting connections, oldest first, while some worker takes them."""
+        while self.waiting:
+            if not self._send(self.waiting[0]):
+                return
+            self.waiting.popleft()
+
+    def _send(self, conn: socket.socket) -> bool:
+        now = time.monotonic()
+        candidates = [s for s in self.slots if s.ready and s.control is not None and now >= s.refused_until]
+        for slot in sorted(candidates, key=lambda s: s.connections + len(s.unacknowledged)):
+            try:
+                socket.send_fds(slot.control, [b"conn"], [conn.fileno()])
+            except BlockingIOError:
+                continue  # its channel is full for now: another worker
+            except OSError as exc:
+                # it is gone (EPIPE, ECONNREFUSED): not a candidate until it says ready again
+                log.warning("worker %d cannot take connections (%s); handing them to the others", slot.index,
+                            exc.strerror)
+                slot.ready = False
+                continue
+            slot.unacknowledged.append(conn)
+            slot.connections += 1
+            return True
+        return False
+
+    def acknowledged(self, slot, took: bool) -> None:
+        """The worker's answer to the oldest connection sent to it."""
+        if not slot.unacknowledged:
+            return
+        conn = slot.unacknowledged.popleft()
+        if took:
+            conn.close()  # the worker holds its own descriptor now
+            return
+        slot.connections = max(0, slot.connections - 1)
+        slot.refused_until = time.monotonic() + REFUSED_BACKOFF_S
+        self._problems.log(logging.WARNING, slot.index, "worker %d is at its file-descriptor limit (nofile); its "
+                           "new connections go to the other workers", slot.index)
+        self.waiting.appendleft(conn)
+        self.flush()
+
+    def worker_gone(self, slot) -> None:
+        """Connections sent to a worker that died before adopting them go to the others."""
+        if slot.unacknowledged:
+            log.info("handing %d connection(s) that worker %d never adopted to the others", len(slot.unacknowledged),
+                     slot.index)
+        self.waiting.extendleft(reversed(slot.unacknowledged))
+        slot.unacknowledged.clear()
+        self.flush()
+
+    def held(self) -> int:
+        """Connections whose descriptor the acceptor still holds."""
+        return len(self.waiting) + sum(len(s.unacknowledged) for s in self.slots)
+
+    def close_all(self) -> None:
+        """At the end of a stop: nothing will serve these any more."""
+        for conn in self.waiting:
+            conn.close()
+        self.waiting.clear()
+        for slot in self.slots:
+            for conn in slot.unacknowledged:
+                conn.close()
+            slot.unacknowledged.clear()
