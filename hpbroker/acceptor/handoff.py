@@ -22,6 +22,7 @@ FIFO.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
@@ -32,6 +33,7 @@ from hpbroker.server.logs import Throttled
 log = logging.getLogger(__name__)
 
 REFUSED_BACKOFF_S = 1.0  # a worker at its fd limit gets no connections for this long
+_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN)  # the worker's end is closed
 
 
 class HandOff:
@@ -58,13 +60,16 @@ class HandOff:
         for slot in sorted(candidates, key=lambda s: s.connections + len(s.unacknowledged)):
             try:
                 socket.send_fds(slot.control, [b"conn"], [conn.fileno()])
-            except BlockingIOError:
+            except (BlockingIOError, InterruptedError):
                 continue  # its channel is full for now: another worker
             except OSError as exc:
-                # it is gone (EPIPE, ECONNREFUSED): not a candidate until it says ready again
-                log.warning("worker %d cannot take connections (%s); handing them to the others", slot.index,
-                            exc.strerror)
-                slot.ready = False
+                if exc.errno in _GONE:  # not a candidate until a new worker says ready
+                    log.warning("worker %d cannot take connections (%s); handing them to the others", slot.index,
+                                exc.strerror)
+                    slot.ready = False
+                else:  # ENOBUFS, ENOMEM: the kernel is short for a moment
+                    self._problems.log(logging.WARNING, ("send", exc.errno), "handing a connection to worker %d "
+                                       "failed: %s; trying the others", slot.index, exc.strerror)
                 continue
             slot.unacknowledged.append(conn)
             slot.connections += 1
