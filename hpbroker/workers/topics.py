@@ -9,7 +9,10 @@ mtime), so topics created through any worker are seen by all without messages.
 
 Creating and removing topics is serialised across processes by a lock file;
 the partition directories are created here, empty, and their owners open them
-on first use.
+on first use.  A rescan takes the same lock shared, so a change in progress is
+never seen half made (as Kafka publishes a CreateTopics request's topics, with
+all their partitions, in one metadata batch): while a worker holds it, the
+others keep answering from their last complete view.
 """
 
 import contextlib
@@ -76,7 +79,7 @@ class TopicRegistry:
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._stamp = None
         self.generation = 0
-        self.refresh()
+        self.refresh(wait=True)
 
     # --- reading -------------------------------------------------------------
     def _current_stamp(self):
@@ -110,11 +113,36 @@ class TopicRegistry:
     def _configs_path(self) -> str:
         return os.path.join(self.log_dirs[0], CONFIGS_FILE)
 
-    def refresh(self, force: bool = False) -> None:
-        stamp = self._current_stamp()
-        if stamp == self._stamp and not force:
+    def refresh(self, force: bool = False, wait: bool = False) -> None:
+        """Reread the directories if they changed.  While another worker is
+        creating or changing topics the last complete view stays (unless
+        ``wait``); the next call looks again."""
+        if self._current_stamp() == self._stamp and not force:
             return
-        self._stamp = stamp
+        with self._shared(wait) as held:
+            if held:
+                self._rescan()
+
+    @contextlib.contextmanager
+    def _shared(self, wait: bool):
+        try:
+            fd = os.open(os.path.join(self.log_dirs[0], LOCK_FILE), os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:  # no log dir yet, or no lock file can be made (read-only, full): scan unlocked
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if wait else fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def _rescan(self) -> None:
+        """Read every topic; the caller holds the lock (shared or exclusive)."""
+        stamp = self._current_stamp()
         counts: dict[str, int] = {}
         dirs: dict[str, str] = {}
         for log_dir in self.log_dirs:
@@ -141,6 +169,8 @@ class TopicRegistry:
             topics[topic] = TopicInfo(topic, topic_id, count, configs.get(topic, {}))
         self._topics = topics
         self._by_id = {t.topic_id: t for t in topics.values()}
+        # Only now: a scan that failed (EMFILE, say) must be retried, not taken as current.
+        self._stamp = stamp
         self.generation += 1  # lets owners notice changed topic configs
 
     def _read_configs(self) -> dict:
@@ -189,35 +219,64 @@ class TopicRegistry:
         fd = os.open(os.path.join(self.log_dirs[0], LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self.refresh(force=True)
+            self._rescan()
             yield
             checkpoints.write_atomically(self._generation_path, f"{self._read_generation() + 1}\n")
+            self._rescan()  # before releasing: once another worker holds the lock, refresh() keeps the old view
         finally:
             os.close(fd)
-        self.refresh(force=True)
 
     def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False) -> TopicInfo:
-        validate_name(name)
-        if partitions < 1:
-            raise TopicError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
-        configs = {k: str(v) for k, v in (configs or {}).items()}
-        try:
-            self.log_config.with_overrides(configs)
-        except ConfigError as exc:
-            raise TopicError(INVALID_CONFIG, str(exc)) from None
+        result = self.create_all([(name, partitions, configs)], validate_only=validate_only)[0]
+        if isinstance(result, TopicError):
+            raise result
+        return result
+
+    def create_all(self, wanted: list, *, validate_only: bool = False) -> list:
+        """[(name, partitions, configs)] -> [TopicInfo or TopicError], in order.  The
+        topics of one request are made under one lock, so other workers see all of
+        them or none (a consumer subscribed to several must not join with half)."""
+        results: list = []
+        checked = []
+        for name, partitions, configs in wanted:
+            configs = {k: str(v) for k, v in (configs or {}).items()}
+            try:
+                validate_name(name)
+                if partitions < 1:
+                    raise TopicError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+                try:
+                    self.log_config.with_overrides(configs)
+                except ConfigError as exc:
+                    raise TopicError(INVALID_CONFIG, str(exc)) from None
+            except TopicError as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            checked.append((len(results) - 1, name, partitions, configs))
+        if not checked:
+            return results
         with self._locked():
-            if name in self._topics:
-                raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-            clash = _collision(name, self._topics)
-            if clash:
-                raise TopicError(INVALID_TOPIC_EXCEPTION, f"topic {name!r} collides with existing topic {clash!r} ('.' and '_' collide in metric names)")
-            info = TopicInfo(name, checkpoints.new_kafka_uuid(), partitions, configs)
-            if validate_only:
-                return info
-            if configs:
-                self._write_configs({**self._read_configs(), name: configs})
-            self._make_partition_dirs(info, range(partitions))
-        return self._topics.get(name, info)
+            made: dict[str, TopicInfo] = {}
+            for i, name, partitions, configs in checked:
+                try:
+                    if name in self._topics or name in made:
+                        raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+                    clash = _collision(name, {**self._topics, **made})
+                    if clash:
+                        raise TopicError(INVALID_TOPIC_EXCEPTION, f"topic {name!r} collides with existing topic "
+                                                                  f"{clash!r} ('.' and '_' collide in metric names)")
+                    info = TopicInfo(name, checkpoints.new_kafka_uuid(), partitions, configs)
+                    if not validate_only:
+                        if configs:
+                            self._write_configs({**self._read_configs(), name: configs})
+                        self._make_partition_dirs(info, range(partitions))
+                    made[name] = results[i] = info
+                except TopicError as exc:
+                    results[i] = exc
+                except OSError as exc:  # the configs file on a full disk: this topic fails, not the others
+                    results[i] = TopicError(KAFKA_STORAGE_ERROR, f"cannot create {name!r}: {exc.strerror}")
+        # As read back from the directories (the lock's last rescan).
+        return [self._topics.get(r.name, r) if isinstance(r, TopicInfo) else r for r in results]
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
         with self._locked():

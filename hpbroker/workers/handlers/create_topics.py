@@ -1,5 +1,6 @@
 """CreateTopics (19): partition directories made by whichever worker gets the
-request; a single broker means a replication factor of 1 (or -1, the default)."""
+request, all of its topics under one registry lock; a single broker means a
+replication factor of 1 (or -1, the default)."""
 
 from hpbroker.protocol import ErrorCode
 from hpbroker.workers.handlers.config_entries import topic_config_entries
@@ -9,36 +10,42 @@ from hpbroker.workers.topics import INVALID_REPLICATION_FACTOR, TopicError
 API_KEY = 19
 
 
-def _create(ctx, topic, validate_only):
+def _checked(ctx, topic):
+    """(name, partitions, configs) for the registry, or the TopicError to answer."""
     partitions = topic.num_partitions
     if topic.assignments:
         partitions = len(topic.assignments)
         if any(tuple(a.broker_ids) != (ctx.identity.broker_id,) for a in topic.assignments):
-            raise TopicError(INVALID_REPLICATION_FACTOR, "replica assignments may name only this broker")
+            return TopicError(INVALID_REPLICATION_FACTOR, "replica assignments may name only this broker")
     elif partitions == -1:
         partitions = ctx.config["num.partitions"]
     if topic.replication_factor not in (-1, 1) and not topic.assignments:
-        raise TopicError(INVALID_REPLICATION_FACTOR,
-                         f"replication factor {topic.replication_factor} is larger than the 1 available broker")
+        return TopicError(INVALID_REPLICATION_FACTOR,
+                          f"replication factor {topic.replication_factor} is larger than the 1 available broker")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    return ctx.topics.create(topic.name, partitions, configs, validate_only=validate_only)
+    return topic.name, partitions, configs
 
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
+    checked = [_checked(ctx, topic) for topic in request.topics]
+    # All of the request's topics at once: a reader on another worker sees all or none, as in Kafka.
+    made = iter(ctx.topics.create_all([c for c in checked if not isinstance(c, TopicError)],
+                                      validate_only=request.validate_only))
     results = []
-    for topic in request.topics:
-        try:
-            info = _create(ctx, topic, request.validate_only)
-            entries = ()
-            if hasattr(m, "CreatableTopicConfigs"):  # v5+ echo the effective configs
-                entries = tuple(make(m.CreatableTopicConfigs, name=name, value=value, read_only=False,
-                                     config_source=source, is_sensitive=False)
-                                for name, value, source, _ in topic_config_entries(ctx, info.name, info.configs))
-            results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=info.topic_id,
-                                error_code=ErrorCode.none, error_message=None, num_partitions=info.partitions,
-                                replication_factor=1, configs=entries))
-        except TopicError as exc:
-            results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=None, error_code=ErrorCode(exc.code),
-                                error_message=str(exc), num_partitions=-1, replication_factor=-1, configs=()))
+    for topic, check in zip(request.topics, checked):
+        outcome = check if isinstance(check, TopicError) else next(made)
+        if isinstance(outcome, TopicError):
+            results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=None,
+                                error_code=ErrorCode(outcome.code), error_message=str(outcome), num_partitions=-1,
+                                replication_factor=-1, configs=()))
+            continue
+        entries = ()
+        if hasattr(m, "CreatableTopicConfigs"):  # v5+ echo the effective configs
+            entries = tuple(make(m.CreatableTopicConfigs, name=name, value=value, read_only=False,
+                                 config_source=source, is_sensitive=False)
+                            for name, value, source, _ in topic_config_entries(ctx, outcome.name, outcome.configs))
+        results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=outcome.topic_id,
+                            error_code=ErrorCode.none, error_message=None, num_partitions=outcome.partitions,
+                            replication_factor=1, configs=entries))
     return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
