@@ -91,6 +91,37 @@ def test_two_members_the_followers_sync_waits_for_the_leader():
     run(scenario())
 
 
+def test_a_follower_whose_session_ran_out_during_sync_is_still_expired_later():
+    """Its expiry was skipped while it waited for the leader's assignment; the
+    assignment must start its session again, or a silent death goes unnoticed
+    until the next rebalance times out."""
+    async def scenario():
+        g = Group("g", NO_DELAY)
+        a = await join_new(g, client="a", session=100)
+        b_join = asyncio.ensure_future(join_new(g, client="b", session=100))
+        await until(lambda: g.state == PREPARING)
+        a2 = await join(g, a[5], client="a", session=100)
+        b = await b_join
+        follower = asyncio.ensure_future(g.sync(b[5], None, b[1], None, None, []))
+        started = asyncio.get_running_loop().time()
+        while asyncio.get_running_loop().time() - started < 0.25:  # past b's session, a heartbeating
+            assert g.heartbeat(a[5], None, a2[1]) == E.NONE
+            await asyncio.sleep(0.03)
+        await g.sync(a[5], None, a2[1], None, None, [(a[5], b"A"), (b[5], b"B")])
+        assert (await follower)[3] == b"B" and g.state == STABLE
+
+        async def leader_alive():
+            while True:
+                g.heartbeat(a[5], None, g.generation)
+                await asyncio.sleep(0.03)
+
+        keep = asyncio.ensure_future(leader_alive())
+        await until(lambda: b[5] not in g.members, timeout=1.0)  # b went silent after its assignment
+        keep.cancel()
+        g.close()
+    run(scenario())
+
+
 def test_protocol_with_most_votes_among_common_ones_wins():
     async def scenario():
         g = Group("g", GroupConfig(initial_rebalance_delay_ms=50))

@@ -377,6 +377,9 @@ class Group:
             self._set_state(STABLE)
             for m in self.members.values():
                 _resolve(m.sync_waiter, (E.NONE, self.protocol_type, self.protocol_name, m.assignment))
+                # a session that ran out while it waited for the leader starts again
+                # now (its expiry was skipped then), so a member that dies next is noticed
+                self._arm_expiry(m)
         return await waiter
 
     # --- Heartbeat / LeaveGroup / expiry ---------------------------------------------
