@@ -442,7 +442,6 @@ class Supervisor:
     def _worker_exited(self, slot: WorkerSlot, code: int) -> None:
         if slot.control is not None:
             self._on_worker_message(slot)  # a boot-failed reason (or acknowledgements) may still be queued
-        booted = slot.booted
         if slot.control is not None:
             self.selector.unregister(slot.control)
             slot.control.close()
@@ -456,7 +455,7 @@ class Supervisor:
         # Only a first boot that fails, or a worker saying it could not boot,
         # stops the broker: a restarted worker killed before it reported ready
         # is one more crash, restarted with the back-off.
-        if code == BOOT_FAILURE_EXIT or not (booted or slot.booted_before):
+        if code == BOOT_FAILURE_EXIT or not slot.booted_before:
             reason = slot.boot_error or f"exit code {code}"
             log.error("worker %d could not boot (%s); stopping the broker", slot.index, reason)
             self.boot_failure = f"worker {slot.index} could not boot: {reason}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
+from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
@@ -99,15 +100,8 @@ def _mirrored(element_type: type, source) -> list:
         if isinstance(shape, EntityTupleField):
             return list(items)
         if field.name == "topic_names":  # DeleteTopics before v6 names its topics in a list of strings
-            return [_Named(item) for item in items]
+            return [SimpleNamespace(name=item) for item in items]
     return []
-
-
-class _Named:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 def _echo(name: str, source):

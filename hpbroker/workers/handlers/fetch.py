@@ -80,7 +80,7 @@ async def _wait_for_data(ctx, wanted, located, timeout_s):
 
 async def handle(ctx, header, request):
     version = header.api_version
-    max_bytes = request.max_bytes if version >= 3 else 1 << 31
+    max_bytes = request.max_bytes  # every advertised version (4+) has it
     deadline = time.monotonic() + request.max_wait.total_seconds()
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
