@@ -1,11 +1,13 @@
 # Sourced by test.sh: Debian packages the tests drive for real (kcat: Debian's
 # librdkafka 2.0.2 client; systemd-analyze for the units; a Java runtime for
-# PySpark).  Installed only when missing.
+# PySpark; the ZooKeeper server the cluster-mode tests start on loopback).
+# Installed only when missing.
 set -euo pipefail
 NEEDED=()
 command -v kcat >/dev/null 2>&1 || NEEDED+=(kcat)
 command -v systemd-analyze >/dev/null 2>&1 || NEEDED+=(systemd)
 command -v java >/dev/null 2>&1 || NEEDED+=(default-jre-headless)  # Spark's JVM
+[ -f /usr/share/java/zookeeper.jar ] || NEEDED+=(zookeeper)
 if [ "${#NEEDED[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo); fi
     echo "installing Debian packages for the tests: ${NEEDED[*]}" >&2

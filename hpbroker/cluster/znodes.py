@@ -1,0 +1,241 @@
+"""Kafka's ZooKeeper layout: where each piece of cluster state lives, and its JSON.
+
+The shapes are Kafka's, so ``zkCli.sh get /brokers/ids/1`` reads the same on a
+hpbroker cluster as on a Kafka one.  Encoders write the version Kafka writes
+today; decoders accept what older versions left behind (a missing key takes
+its default) and raise ``ZnodeFormatError`` on anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+BROKER_SEQID = "/brokers/seqid"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+TOPIC_CONFIGS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+
+# Persistent parents every broker makes sure of at start (Kafka's persistent paths).
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, "/config/changes", TOPIC_CONFIGS, DELETE_TOPICS,
+                    ISR_CHANGE_NOTIFICATION, "/cluster")
+
+# Broker ids up to this are for operators; generated ids start above it.
+RESERVED_BROKER_MAX_ID = 1000
+
+
+class ZnodeFormatError(ValueError):
+    """A znode's content is not the JSON Kafka's layout says it holds."""
+
+
+def _load(path: str, data: bytes) -> dict:
+    try:
+        found = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ZnodeFormatError(f"{path} does not hold JSON: {exc}") from None
+    if not isinstance(found, dict):
+        raise ZnodeFormatError(f"{path} holds {type(found).__name__}, not a JSON object")
+    return found
+
+
+def _dump(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _field(path: str, obj: dict, key: str, kind: type, default=None):
+    value = obj.get(key, default)
+    if value is None and default is None:
+        raise ZnodeFormatError(f"{path} has no {key!r}")
+    if kind is int and isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)  # Kafka writes some numbers as strings (timestamps)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ZnodeFormatError(f"{path}: {key!r} is {value!r}, expected {kind.__name__}")
+    return value
+
+
+def _int_list(path: str, value) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ZnodeFormatError(f"{path}: expected a list of broker ids, got {value!r}")
+    return value
+
+
+# --- /cluster/id -------------------------------------------------------------------
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return _field(CLUSTER_ID, _load(CLUSTER_ID, data), "id", str)
+
+
+# --- /brokers/ids/<id> --------------------------------------------------------------
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    listener: str = "PLAINTEXT"
+    timestamp_ms: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+    def encode(self) -> bytes:
+        value = {
+            "version": 5, "host": self.host, "port": self.port, "endpoints": [self.endpoint],
+            "listener_security_protocol_map": {self.listener: "PLAINTEXT"},
+            "jmx_port": -1, "timestamp": str(self.timestamp_ms), "features": {},
+        }
+        if self.rack is not None:
+            value["rack"] = self.rack
+        return _dump(value)
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
+        path = broker_path(broker_id)
+        obj = _load(path, data)
+        endpoints = obj.get("endpoints") or []
+        if endpoints:
+            # the first endpoint: "NAME://host:port" (host may be a bracketed IPv6 address)
+            name, _, address = str(endpoints[0]).partition("://")
+            host, _, port = address.rpartition(":")
+            if not port.isdigit():
+                raise ZnodeFormatError(f"{path}: endpoint {endpoints[0]!r} is not NAME://HOST:PORT")
+            listener, host, port = name, host.strip("[]"), int(port)
+        else:  # version 1 registrations carry only host and port
+            listener, host, port = "PLAINTEXT", _field(path, obj, "host", str), _field(path, obj, "port", int)
+        rack = obj.get("rack")
+        timestamp = _field(path, obj, "timestamp", int, 0)
+        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp)
+
+
+# --- /controller, /controller_epoch ---------------------------------------------------
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes) -> int:
+    return _field(CONTROLLER, _load(CONTROLLER, data), "brokerid", int)
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode()
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    text = data.decode("ascii", "replace").strip()
+    if not text.lstrip("-").isdigit():
+        raise ZnodeFormatError(f"{CONTROLLER_EPOCH} holds {text!r}, not an integer")
+    return int(text)
+
+
+# --- /brokers/topics/<topic> ----------------------------------------------------------
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """A topic's replica lists, partition -> broker ids (the first is the preferred leader)."""
+
+    topic: str
+    partitions: dict[int, list[int]]
+    topic_id: str | None = None  # Kafka's UUID string form
+    adding_replicas: dict[int, list[int]] = field(default_factory=dict)
+    removing_replicas: dict[int, list[int]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        def keyed(replicas: dict[int, list[int]]) -> dict[str, list[int]]:
+            return {str(p): list(brokers) for p, brokers in sorted(replicas.items())}
+        value = {"version": 2, "partitions": keyed(self.partitions),
+                 "adding_replicas": keyed(self.adding_replicas), "removing_replicas": keyed(self.removing_replicas)}
+        if self.topic_id is not None:
+            value["topic_id"] = self.topic_id
+        return _dump(value)
+
+    @classmethod
+    def decode(cls, topic: str, data: bytes) -> "TopicAssignment":
+        path = topic_path(topic)
+        obj = _load(path, data)
+
+        def keyed(name: str) -> dict[int, list[int]]:
+            section = obj.get(name) or {}
+            if not isinstance(section, dict) or not all(k.isdigit() for k in section):
+                raise ZnodeFormatError(f"{path}: {name!r} is not a map of partition -> replicas")
+            return {int(p): _int_list(path, brokers) for p, brokers in section.items()}
+
+        topic_id = obj.get("topic_id")
+        return cls(topic, keyed("partitions"), topic_id if isinstance(topic_id, str) else None,
+                   keyed("adding_replicas"), keyed("removing_replicas"))
+
+
+# --- /brokers/topics/<topic>/partitions/<p>/state ----------------------------------------
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Leader and ISR as the controller last wrote them.  ``zk_version`` is the
+    znode's version when read: every change is a set conditional on it, so two
+    writers (an old and a new controller) cannot both win."""
+
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    controller_epoch: int
+    zk_version: int = -1
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def decode(cls, topic: str, partition: int, data: bytes, zk_version: int = -1) -> "PartitionState":
+        path = partition_state_path(topic, partition)
+        obj = _load(path, data)
+        return cls(_field(path, obj, "leader", int), _field(path, obj, "leader_epoch", int),
+                   _int_list(path, obj.get("isr")), _field(path, obj, "controller_epoch", int), zk_version)
+
+
+# --- /config/topics/<topic> ------------------------------------------------------------
+def topic_config_path(topic: str) -> str:
+    return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def encode_topic_config(config: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
+
+
+def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
+    path = topic_config_path(topic)
+    section = _load(path, data).get("config") or {}
+    if not isinstance(section, dict):
+        raise ZnodeFormatError(f"{path}: 'config' is not a map")
+    return {str(k): str(v) for k, v in section.items()}
+
+
+# --- /isr_change_notification/isr_change_<seq> ------------------------------------------
+def encode_isr_change(partitions: list[tuple[str, int]]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))]})
+
+
+def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+    entries = _load(ISR_CHANGE_NOTIFICATION, data).get("partitions") or []
+    try:
+        return [(str(e["topic"]), int(e["partition"])) for e in entries]
+    except (KeyError, TypeError, ValueError):
+        raise ZnodeFormatError(f"{ISR_CHANGE_NOTIFICATION}: entries are not topic/partition pairs") from None

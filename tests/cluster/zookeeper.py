@@ -1,0 +1,92 @@
+"""A real ZooKeeper server for the tests: Debian's ``zookeeper`` package, run
+standalone on a loopback port with its own data dir."""
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+from tests.integration.broker import free_port, wait_for
+
+ZOOKEEPER_JAR = pathlib.Path("/usr/share/java/zookeeper.jar")
+MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+START_TIMEOUT_S = 30.0
+
+
+def four_letter(port: int, word: bytes, timeout: float = 1.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class ZooKeeperServer:
+    def __init__(self, directory: pathlib.Path, port: int | None = None, tick_ms: int = 200):
+        self.directory = pathlib.Path(directory)
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> pathlib.Path:
+        (self.directory / "data").mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        # short ticks allow the short session timeouts the tests use (min 2 ticks)
+        config.write_text("\n".join([
+            f"tickTime={self.tick_ms}",
+            f"dataDir={self.directory / 'data'}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr,stat,cons",
+            "minSessionTimeout=1000",
+            "maxSessionTimeout=60000",
+            "",
+        ]))
+        return config
+
+    def _serving(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"ZooKeeper exited with {self.process.returncode}:\n{self.log_tail()}")
+        try:
+            return four_letter(self.port, b"ruok") == b"imok" and b"Mode:" in four_letter(self.port, b"srvr")
+        except OSError:
+            return False
+
+    def start(self) -> "ZooKeeperServer":
+        assert ZOOKEEPER_JAR.exists(), "Debian's zookeeper package is not installed (scripts/test.sh installs it)"
+        config = self._write_config()
+        self.log_path = self.directory / "zookeeper.log"
+        with open(self.log_path, "ab") as out:
+            self.process = subprocess.Popen(
+                ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{self.directory}:{ZOOKEEPER_JAR}", MAIN, str(config)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(self._serving, START_TIMEOUT_S, "ZooKeeper to serve")
+        return self
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def restart(self) -> "ZooKeeperServer":
+        self.stop()
+        return self.start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
