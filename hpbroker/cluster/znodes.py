@@ -22,10 +22,16 @@ DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+# hpbroker's own: Kafka asks the controller with a ControlledShutdown request;
+# here the request is an ephemeral znode the stopping broker creates (the
+# controller acts on ZooKeeper only, and a broker that dies mid-shutdown
+# withdraws its request by dying).
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 
 # Persistent parents every broker makes sure of at start (Kafka's persistent paths).
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, "/config/changes", TOPIC_CONFIGS, DELETE_TOPICS,
-                    ISR_CHANGE_NOTIFICATION, "/cluster")
+                    ISR_CHANGE_NOTIFICATION, "/cluster", CONTROLLED_SHUTDOWN)
 
 # Broker ids up to this are for operators; generated ids start above it.
 RESERVED_BROKER_MAX_ID = 1000
@@ -230,12 +236,33 @@ def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
 
 # --- /isr_change_notification/isr_change_<seq> ------------------------------------------
 def encode_isr_change(partitions: list[tuple[str, int]]) -> bytes:
-    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))]})
+    return _encode_partition_list(partitions)
 
 
 def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
-    entries = _load(ISR_CHANGE_NOTIFICATION, data).get("partitions") or []
+    return _partition_list(ISR_CHANGE_NOTIFICATION, data)
+
+
+def _encode_partition_list(partitions: list[tuple[str, int]]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))]})
+
+
+def _partition_list(path: str, data: bytes) -> list[tuple[str, int]]:
+    entries = _load(path, data).get("partitions") or []
     try:
         return [(str(e["topic"]), int(e["partition"])) for e in entries]
     except (KeyError, TypeError, ValueError):
-        raise ZnodeFormatError(f"{ISR_CHANGE_NOTIFICATION}: entries are not topic/partition pairs") from None
+        raise ZnodeFormatError(f"{path}: entries are not topic/partition pairs") from None
+
+
+# --- /admin/controlled_shutdown/<id> (hpbroker's own), /admin/preferred_replica_election -----
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def encode_preferred_election(partitions: list[tuple[str, int]]) -> bytes:
+    return _encode_partition_list(partitions)
+
+
+def decode_preferred_election(data: bytes) -> list[tuple[str, int]]:
+    return _partition_list(PREFERRED_REPLICA_ELECTION, data)

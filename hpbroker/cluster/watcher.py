@@ -1,0 +1,214 @@
+"""Keeps a ``ClusterImage`` current with ZooKeeper watches.
+
+Watches fire on kazoo's event thread; each callback updates its part of the
+state under a lock and bumps a generation, and whoever acts on the image
+takes a consistent copy with ``image()`` (after ``wait_changed``).  kazoo's
+watch recipes re-arm themselves after a reconnect and after a new session,
+so the image catches up on everything missed while disconnected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from kazoo.client import KazooClient
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from hpbroker.cluster import znodes
+from hpbroker.cluster.image import NO_CONTROLLER, ClusterImage
+
+log = logging.getLogger(__name__)
+
+
+class ImageWatcher:
+    def __init__(self, client: KazooClient, cluster_id: str = ""):
+        self.client = client
+        self.cluster_id = cluster_id
+        self._lock = threading.Condition()
+        self._generation = 0
+        self._brokers: dict[int, znodes.BrokerRegistration] = {}
+        self._controller = NO_CONTROLLER
+        self._topics: dict[str, znodes.TopicAssignment] = {}
+        self._states: dict[tuple[str, int], znodes.PartitionState] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._deleting: frozenset[str] = frozenset()
+        self._shutting_down: frozenset[int] = frozenset()
+        self._watched_brokers: set[int] = set()
+        self._watched_topics: set[str] = set()
+        self._watched_states: set[tuple[str, int]] = set()
+        self._stopped = False
+
+    def start(self) -> None:
+        for path in znodes.PERSISTENT_PATHS:
+            self.client.ensure_path(path)
+        ChildrenWatch(self.client, znodes.BROKER_IDS, self._on_broker_ids)
+        ChildrenWatch(self.client, znodes.TOPICS, self._on_topics)
+        ChildrenWatch(self.client, znodes.DELETE_TOPICS, self._on_deleting)
+        ChildrenWatch(self.client, znodes.CONTROLLED_SHUTDOWN, self._on_shutting_down)
+        DataWatch(self.client, znodes.CONTROLLER, self._on_controller)
+
+    def stop(self) -> None:
+        """Watches end at their next event (a recipe stops when its callback returns False)."""
+        with self._lock:
+            self._stopped = True
+            self._lock.notify_all()
+
+    # --- reading ----------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def image(self) -> ClusterImage:
+        with self._lock:
+            return ClusterImage(self.cluster_id, dict(self._brokers), self._controller, dict(self._topics),
+                                dict(self._states), {t: dict(c) for t, c in self._configs.items()}, self._deleting,
+                                self._shutting_down)
+
+    def wait_changed(self, since: int, timeout: float | None = None) -> int:
+        """Block until the generation passes ``since`` (or the timeout, or stop); the generation now."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._generation != since or self._stopped, timeout)
+            return self._generation
+
+    def poke(self) -> None:
+        """Wake whoever waits on the image (work that is not a ZooKeeper change)."""
+        with self._lock:
+            self._changed()
+
+    def _changed(self) -> None:
+        # caller holds the lock
+        self._generation += 1
+        self._lock.notify_all()
+
+    # --- callbacks (kazoo's event thread) -----------------------------------------------
+    def _on_broker_ids(self, children: list[str]) -> bool:
+        ids = {int(c) for c in children if c.isdigit()}
+        with self._lock:
+            if self._stopped:
+                return False
+            for gone in set(self._brokers) - ids:
+                del self._brokers[gone]
+            self._changed()
+            new = ids - self._watched_brokers
+            self._watched_brokers |= new
+        for broker_id in sorted(new):
+            DataWatch(self.client, znodes.broker_path(broker_id), self._broker_watch(broker_id))
+        return True
+
+    def _broker_watch(self, broker_id: int):
+        def on_data(data, _stat) -> bool:
+            with self._lock:
+                if self._stopped:
+                    return False
+                if data is None:
+                    self._brokers.pop(broker_id, None)
+                    # keep watching: a restarted broker registers under the same id
+                else:
+                    try:
+                        self._brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data)
+                    except znodes.ZnodeFormatError as exc:
+                        log.error("ignoring broker %d's registration: %s", broker_id, exc)
+                self._changed()
+            return True
+        return on_data
+
+    def _on_controller(self, data, _stat) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            try:
+                self._controller = znodes.decode_controller(data) if data else NO_CONTROLLER
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring %s: %s", znodes.CONTROLLER, exc)
+                self._controller = NO_CONTROLLER
+            self._changed()
+        return True
+
+    def _on_deleting(self, children: list[str]) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            self._deleting = frozenset(children)
+            self._changed()
+        return True
+
+    def _on_shutting_down(self, children: list[str]) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            self._shutting_down = frozenset(int(c) for c in children if c.isdigit())
+            self._changed()
+        return True
+
+    def _on_topics(self, children: list[str]) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            new = set(children) - self._watched_topics
+            self._watched_topics |= new
+        for topic in sorted(new):
+            DataWatch(self.client, znodes.topic_path(topic), self._topic_watch(topic))
+            DataWatch(self.client, znodes.topic_config_path(topic), self._config_watch(topic))
+        return True
+
+    def _topic_watch(self, topic: str):
+        def on_data(data, _stat) -> bool:
+            with self._lock:
+                if self._stopped:
+                    return False
+                if data is None:  # deleted: forget it and its partitions
+                    self._topics.pop(topic, None)
+                    self._configs.pop(topic, None)
+                    for key in [k for k in self._states if k[0] == topic]:
+                        del self._states[key]
+                    self._watched_topics.discard(topic)
+                    self._watched_states -= {k for k in self._watched_states if k[0] == topic}
+                    self._changed()
+                    return False  # a topic created again gets a new watch from _on_topics
+                try:
+                    assignment = znodes.TopicAssignment.decode(topic, data)
+                except znodes.ZnodeFormatError as exc:
+                    log.error("ignoring topic %s: %s", topic, exc)
+                    return True
+                self._topics[topic] = assignment
+                new = {(topic, p) for p in assignment.partitions} - self._watched_states
+                self._watched_states |= new
+                self._changed()
+            for key in sorted(new):
+                DataWatch(self.client, znodes.partition_state_path(*key), self._state_watch(*key))
+            return True
+        return on_data
+
+    def _state_watch(self, topic: str, partition: int):
+        def on_data(data, stat) -> bool:
+            with self._lock:
+                if self._stopped or (topic, partition) not in self._watched_states:
+                    return False
+                if data is None:
+                    self._states.pop((topic, partition), None)
+                else:
+                    try:
+                        self._states[(topic, partition)] = znodes.PartitionState.decode(
+                            topic, partition, data, stat.version)
+                    except znodes.ZnodeFormatError as exc:
+                        log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
+                self._changed()
+            return True
+        return on_data
+
+    def _config_watch(self, topic: str):
+        def on_data(data, _stat) -> bool:
+            with self._lock:
+                if self._stopped or topic not in self._watched_topics:
+                    return False
+                if data is None:
+                    self._configs.pop(topic, None)
+                else:
+                    try:
+                        self._configs[topic] = znodes.decode_topic_config(topic, data)
+                    except znodes.ZnodeFormatError as exc:
+                        log.error("ignoring topic %s's config: %s", topic, exc)
+                self._changed()
+            return True
+        return on_data

@@ -1,0 +1,206 @@
+"""The controller against a real ZooKeeper: brokers here are real ZooKeeper
+members (session, registration, image watcher, controller) without a data
+plane, so leadership and ISR decisions can be driven and read exactly."""
+
+import pytest
+from kazoo.client import KazooClient
+
+from hpbroker.cluster import registration, session, znodes
+from hpbroker.cluster.controller import Controller, ControllerSettings
+from hpbroker.cluster.watcher import ImageWatcher
+from tests.integration.broker import wait_for
+
+SESSION_MS = 4000
+WAIT_S = 20
+
+
+class Member:
+    """One broker's cluster membership."""
+
+    def __init__(self, connect: str, broker_id: int, settings=ControllerSettings()):
+        self.broker_id = broker_id
+        self.client = session.connect(connect, SESSION_MS, 10000)
+        registration.ensure_layout(self.client)
+        self.registration = registration.Registration(
+            self.client, znodes.BrokerRegistration(broker_id, "127.0.0.1", 19000 + broker_id))
+        self.registration.start()
+        self.watcher = ImageWatcher(self.client)
+        self.watcher.start()
+        self.controller = Controller(self.client, broker_id, self.watcher, settings)
+        self.controller.start()
+        self.alive = True
+
+    def leave(self) -> None:
+        """A clean stop: the controller resigns, the session ends."""
+        if self.alive:
+            self.alive = False
+            self.controller.stop()
+            self.watcher.stop()
+            self.registration.close()
+            session.close(self.client)
+
+    def crash(self, connect: str) -> None:
+        """The session expires as if the broker died: nothing resigns."""
+        self.alive = False
+        twin = KazooClient(hosts=connect, client_id=self.client.client_id)
+        twin.start(10)
+        twin.stop()
+        twin.close()
+        self.controller.stop()
+        self.watcher.stop()
+        session.close(self.client)
+
+
+@pytest.fixture
+def cluster(chroot):
+    members: dict[int, Member] = {}
+
+    def start(*ids, settings=ControllerSettings()):
+        for broker_id in ids:
+            members[broker_id] = Member(chroot, broker_id, settings)
+        return members
+
+    yield start
+    for member in members.values():
+        member.leave()
+
+
+@pytest.fixture
+def admin(chroot):
+    client = session.connect(chroot, SESSION_MS, 10000)
+    registration.ensure_layout(client)
+    yield client
+    session.close(client)
+
+
+def controller_of(admin) -> tuple[int, int]:
+    data, _ = admin.get(znodes.CONTROLLER)
+    epoch, _ = admin.get(znodes.CONTROLLER_EPOCH)
+    return znodes.decode_controller(data), znodes.decode_controller_epoch(epoch)
+
+
+def state(admin, topic, p):
+    try:
+        data, stat = admin.get(znodes.partition_state_path(topic, p))
+    except Exception:
+        return None
+    return znodes.PartitionState.decode(topic, p, data, stat.version)
+
+
+def create_topic(admin, topic, assignment):
+    admin.create(znodes.topic_path(topic), znodes.TopicAssignment(topic, assignment, "id-" + topic).encode())
+
+
+def wait_state(admin, topic, p, what, condition):
+    wait_for(lambda: (s := state(admin, topic, p)) is not None and condition(s), WAIT_S, what)
+    return state(admin, topic, p)
+
+
+def test_one_controller_and_a_new_epoch_on_each_takeover(cluster, admin, chroot):
+    members = cluster(1, 2, 3)
+    wait_for(lambda: admin.exists(znodes.CONTROLLER), WAIT_S, "a controller")
+    first, epoch = controller_of(admin)
+    assert sum(m.controller.active for m in members.values()) == 1
+    members[first].crash(chroot)
+    wait_for(lambda: admin.exists(znodes.CONTROLLER) and controller_of(admin)[0] != first, WAIT_S,
+             "another broker to take over")
+    second, new_epoch = controller_of(admin)
+    assert new_epoch == epoch + 1 and second != first
+    members[second].leave()  # a clean stop resigns at once
+    wait_for(lambda: admin.exists(znodes.CONTROLLER) and controller_of(admin)[0] not in (first, second), WAIT_S,
+             "the last broker to take over")
+    assert controller_of(admin)[1] == epoch + 2
+
+
+def test_new_topics_get_leaders_and_a_dead_leader_is_replaced_from_the_isr(cluster, admin, chroot):
+    members = cluster(1, 2, 3)
+    assignment = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+    create_topic(admin, "orders", assignment)
+    for p, replicas in assignment.items():
+        found = wait_state(admin, "orders", p, "partition states", lambda s: True)
+        assert (found.leader, found.leader_epoch, found.isr) == (replicas[0], 0, replicas)
+    members[2].crash(chroot)
+    moved = wait_state(admin, "orders", 1, "partition 1 to get a new leader", lambda s: s.leader != 2)
+    assert moved.leader == 3 and moved.leader_epoch == 1 and 2 not in moved.isr
+    kept = wait_state(admin, "orders", 0, "broker 2 to leave partition 0's ISR", lambda s: 2 not in s.isr)
+    assert kept.leader == 1 and kept.leader_epoch == 0
+
+
+def test_a_partition_whose_isr_is_all_gone_waits_for_its_last_in_sync_replica(cluster, admin, chroot):
+    members = cluster(1, 2)
+    create_topic(admin, "t", {0: [1, 2]})
+    wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1)
+    # broker 2 drops out of the ISR (as a lagging follower would be shrunk out)
+    current = state(admin, "t", 0)
+    admin.set(znodes.partition_state_path("t", 0),
+              znodes.PartitionState(1, current.leader_epoch, [1], current.controller_epoch).encode(),
+              version=current.zk_version)
+    members[1].crash(chroot)
+    offline = wait_state(admin, "t", 0, "the partition to go offline", lambda s: s.leader == -1)
+    assert offline.isr == [1] and offline.leader_epoch == 1  # 2 is out of sync: not elected
+    cluster(1)
+    back = wait_state(admin, "t", 0, "broker 1 to lead again", lambda s: s.leader == 1)
+    assert back.leader_epoch == 2
+
+
+def test_unclean_election_lets_an_out_of_sync_replica_lead(cluster, admin, chroot):
+    members = cluster(1, 2, settings=ControllerSettings(unclean_leader_election=True))
+    create_topic(admin, "t", {0: [1, 2]})
+    current = wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1)
+    admin.set(znodes.partition_state_path("t", 0),
+              znodes.PartitionState(1, 0, [1], current.controller_epoch).encode(), version=current.zk_version)
+    members[1].crash(chroot)
+    found = wait_state(admin, "t", 0, "broker 2 to lead", lambda s: s.leader == 2)
+    assert found.isr == [2]
+
+
+def test_controlled_shutdown_moves_leadership_before_the_broker_leaves(cluster, admin):
+    members = cluster(1, 2, 3)
+    create_topic(admin, "t", {0: [1, 2, 3], 1: [1, 3, 2]})
+    wait_state(admin, "t", 1, "leaders", lambda s: s.leader == 1)
+    members[1].client.create(znodes.controlled_shutdown_path(1), ephemeral=True)
+    for p, successor in ((0, 2), (1, 3)):
+        moved = wait_state(admin, "t", p, "leadership to move off broker 1", lambda s: s.leader != 1)
+        assert moved.leader == successor and 1 not in moved.isr
+    assert members[1].registration.registered.is_set()  # still running: it left nothing offline
+
+
+def test_deleting_a_topic_removes_its_znodes(cluster, admin):
+    cluster(1)
+    create_topic(admin, "gone", {0: [1], 1: [1]})
+    admin.create(znodes.topic_config_path("gone"), znodes.encode_topic_config({"retention.ms": "1"}))
+    wait_state(admin, "gone", 1, "states", lambda s: True)
+    admin.create(f"{znodes.DELETE_TOPICS}/gone")
+    wait_for(lambda: not admin.exists(znodes.topic_path("gone")) and not admin.get_children(znodes.DELETE_TOPICS),
+             WAIT_S, "the topic to be deleted")
+    assert not admin.exists(znodes.topic_config_path("gone"))
+
+
+def test_preferred_replica_election_on_request(cluster, admin, chroot):
+    members = cluster(1, 2)
+    create_topic(admin, "t", {0: [1, 2]})
+    wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
+    members[1].crash(chroot)
+    wait_state(admin, "t", 0, "broker 2 to lead", lambda s: s.leader == 2)
+    cluster(1)
+    # broker 1 is back in sync (what its follower fetches would achieve)
+    current = state(admin, "t", 0)
+    admin.set(znodes.partition_state_path("t", 0),
+              znodes.PartitionState(2, current.leader_epoch, [2, 1], current.controller_epoch).encode(),
+              version=current.zk_version)
+    admin.create(znodes.PREFERRED_REPLICA_ELECTION, znodes.encode_preferred_election([("t", 0)]))
+    back = wait_state(admin, "t", 0, "the preferred replica to lead", lambda s: s.leader == 1)
+    assert back.leader_epoch == current.leader_epoch + 1
+    wait_for(lambda: not admin.exists(znodes.PREFERRED_REPLICA_ELECTION), WAIT_S, "the request to be taken")
+
+
+def test_a_replaced_controller_cannot_write(cluster, admin):
+    members = cluster(1)
+    wait_for(lambda: members[1].controller.active, WAIT_S, "broker 1 to be controller")
+    # another controller took over meanwhile (as after a pause past the session timeout)
+    data, stat = admin.get(znodes.CONTROLLER_EPOCH)
+    admin.set(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(znodes.decode_controller_epoch(data) + 1),
+              version=stat.version)
+    create_topic(admin, "t", {0: [1]})
+    wait_for(lambda: not members[1].controller.active, WAIT_S, "the stale controller to notice it is fenced")
+    assert state(admin, "t", 0) is None
