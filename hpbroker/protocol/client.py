@@ -1,0 +1,131 @@
+"""The client side of the wire: one connection that sends kio requests and
+awaits their responses, as a broker talks to another (a follower fetching
+from its leader).
+
+Requests are pipelined: each gets a correlation id and a future; the reader
+task matches responses to them in order (Kafka answers a connection's
+requests in the order they came).  A failed connection fails every pending
+request with ``ConnectionError`` and the owner connects anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import struct
+from collections import deque
+from functools import cache
+
+from kio.serial import entity_reader, entity_writer
+
+from .header import skip_tagged_fields
+from .schemas import request_header_version, response_header_version, response_type
+
+_request_prefix = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
+_int16 = struct.Struct(">h")
+_int32 = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 256 << 20  # a larger size prefix is a broken stream, not a response
+
+_reader = cache(entity_reader)
+_writer = cache(entity_writer)
+
+
+def encode_request(request, correlation_id: int, client_id: str | None) -> bytes:
+    api_key, version = int(request.__api_key__), int(request.__version__)
+    out = io.BytesIO()
+    out.write(_request_prefix.pack(0, api_key, version, correlation_id))
+    header_version = request_header_version(api_key, version)
+    if header_version >= 1:
+        if client_id is None:
+            out.write(_int16.pack(-1))
+        else:
+            name = client_id.encode()
+            out.write(_int16.pack(len(name)) + name)
+    if header_version >= 2:
+        out.write(b"\x00")  # no tagged fields
+    _writer(type(request))(out, request)
+    buf = out.getbuffer()
+    _int32.pack_into(buf, 0, len(buf) - 4)
+    del buf
+    return out.getvalue()
+
+
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, object]:
+    """(correlation id, kio response) from a frame without its size prefix."""
+    correlation_id = _int32.unpack_from(frame, 0)[0]
+    offset = 4
+    if response_header_version(api_key, version) >= 1:
+        offset = skip_tagged_fields(frame, offset)
+    response, _size = _reader(response_type(api_key, version))(frame, offset)
+    return correlation_id, response
+
+
+class ClientConnection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str):
+        self.reader, self.writer = reader, writer
+        self.client_id = client_id
+        self._ids = itertools.count(1)
+        self._pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
+        self._task = asyncio.get_running_loop().create_task(self._read_responses())
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str, timeout: float = 5.0) -> "ClientConnection":
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        return cls(reader, writer, client_id)
+
+    @property
+    def closed(self) -> bool:
+        return self._task.done()
+
+    async def send(self, request, timeout: float = 30.0):
+        """The response to ``request``; ConnectionError when the connection fails
+        or the answer does not come within ``timeout`` seconds."""
+        if self.closed:
+            raise ConnectionError("connection closed")
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
+        self.writer.write(encode_request(request, correlation_id, self.client_id))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            future.cancel()
+            self.close()  # later answers on this stream could no longer be matched
+            raise ConnectionError(f"no answer within {timeout:g} s") from None
+
+    async def _read_responses(self) -> None:
+        error: Exception = ConnectionError("connection closed")
+        try:
+            while True:
+                size = _int32.unpack(await self.reader.readexactly(4))[0]
+                if not 0 <= size <= MAX_RESPONSE_BYTES:
+                    raise ConnectionError(f"response size {size} is not plausible")
+                frame = await self.reader.readexactly(size)
+                if not self._pending:
+                    raise ConnectionError("a response nobody asked for")
+                correlation_id, api_key, version, future = self._pending.popleft()
+                got_id, response = decode_response(api_key, version, frame)
+                if got_id != correlation_id:
+                    raise ConnectionError(f"response {got_id} where {correlation_id} was due")
+                if not future.done():
+                    future.set_result(response)
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            error = ConnectionError(f"connection lost: {exc!r}")
+        except ConnectionError as exc:
+            error = exc
+        except Exception as exc:  # an undecodable response: the stream cannot be trusted
+            error = ConnectionError(f"bad response: {exc!r}")
+        finally:
+            self.writer.close()
+            while self._pending:
+                future = self._pending.popleft()[3]
+                if not future.done():
+                    future.set_exception(error)
+
+    def close(self) -> None:
+        self._task.cancel()
+        self.writer.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.gather(self._task, return_exceptions=True)
