@@ -28,12 +28,14 @@ import socket
 import time
 from collections import deque
 
+from hpbroker.server import control_channel
 from hpbroker.server.logs import Throttled
 
 log = logging.getLogger(__name__)
 
 REFUSED_BACKOFF_S = 1.0  # a worker at its fd limit gets no connections for this long
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN)  # the worker's end is closed
+_CONN = control_channel.encode(control_channel.Kind.CONN)
 
 
 class HandOff:
@@ -59,7 +61,7 @@ class HandOff:
         candidates = [s for s in self.slots if s.ready and s.control is not None and now >= s.refused_until]
         for slot in sorted(candidates, key=lambda s: s.connections + len(s.unacknowledged)):
             try:
-                socket.send_fds(slot.control, [b"conn"], [conn.fileno()])
+                socket.send_fds(slot.control, [_CONN], [conn.fileno()])
             except (BlockingIOError, InterruptedError):
                 continue  # its channel is full for now: another worker
             except OSError as exc:

@@ -36,7 +36,6 @@ stops.
 
 import errno
 import gc
-import json
 import logging
 import os
 import resource
@@ -50,14 +49,15 @@ from dataclasses import dataclass, field
 from hpbroker.acceptor.handoff import HandOff
 from hpbroker.acceptor.metrics_http import MetricsEndpoint
 from hpbroker.acceptor.notify import Notifier
-from hpbroker.server import metrics_dir
+from hpbroker.server import control_channel, metrics_dir
 from hpbroker.server.config import BrokerConfig, parse_listener
-from hpbroker.storage import LogManager
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Kind
+from hpbroker.server.logs import Throttled
+from hpbroker.storage.log_dir_roots import LogDirRoots
 from hpbroker.storage.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-BOOT_FAILURE_EXIT = 3  # the worker's own (hpbroker.workers.process)
 RESTART_WINDOW_S = 60.0  # restarts within this long count towards the back-off
 MAX_RESTART_DELAY_S = 30.0
 MAX_HELD_CONNECTIONS = 1024  # accepted but not yet with a worker: beyond, the backlog holds them
@@ -138,14 +138,15 @@ class Supervisor:
         self.accept_paused_until = 0.0
         self.accept_backoff = ACCEPT_BACKOFF_S[0]
         self.accept_failures = 0  # in the current episode of descriptor exhaustion
+        self.bad_messages = Throttled(log)
 
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.config
         raise_nofile_limit()
-        self.root = LogManager(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, manage_root=True)
+        self.root = LogDirRoots(cfg.log_dirs, broker_id=cfg.broker_id)
         try:
-            self.clean = self.root.open_root()
+            self.clean = self.root.open()
         except OSError as exc:
             raise BrokerStartError(f"cannot use log dir {exc.filename}: {exc.strerror}") from None
         except Exception as exc:
@@ -226,8 +227,7 @@ class Supervisor:
         for other in self.slots:
             if other.control is not None:
                 other.control.close()
-        for fd in self.root._locks:
-            os.close(fd)  # the acceptor keeps the directory locks
+        self.root.unlock()  # this process's copies: the acceptor keeps the directory locks
         self.handoff.close_all()  # the acceptor's copies: a worker must not keep connections alive
 
     # --- the loop ------------------------------------------------------------------
@@ -367,30 +367,46 @@ class Supervisor:
     def _on_worker_message(self, slot: WorkerSlot) -> None:
         while slot.control is not None:
             try:
-                message = slot.control.recv(512)
+                data = slot.control.recv(control_channel.MAX_MESSAGE)
             except BlockingIOError:
                 return
             except OSError:
-                message = b""
-            if not message:
+                data = b""
+            if not data:
                 self.selector.unregister(slot.control)
                 slot.control.close()
                 slot.control = None
                 return
             slot.last_heartbeat = time.monotonic()
-            if message == b"took":
+            message = self._decode(slot, data)
+            if message is None:
+                continue
+            if message.kind is Kind.TOOK:
                 self.handoff.acknowledged(slot, took=True)
-            elif message == b"lost":
+            elif message.kind is Kind.LOST:
                 self.handoff.acknowledged(slot, took=False)
-            elif message == b"ready":
+            elif message.kind is Kind.READY:
                 slot.ready = slot.booted = slot.booted_before = True
                 self.handoff.flush()
-            elif message == b"closed":
+            elif message.kind is Kind.CLOSED:
                 slot.connections = max(0, slot.connections - 1)
-            elif message.startswith(b"hb "):
-                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = map(int, message[3:].split())
-            elif message.startswith(b"boot-failed"):
-                slot.boot_error = message[len(b"boot-failed "):].decode(errors="replace")
+            elif message.kind is Kind.HEARTBEAT:
+                beat = message.payload
+                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = beat
+            elif message.kind is Kind.BOOT_FAILED:
+                slot.boot_error = message.payload
+            else:
+                self.bad_messages.log(logging.WARNING, ("kind", slot.index), "ignoring a %s message from worker %d: "
+                                      "it is the acceptor's to send", message.kind.value, slot.index)
+
+    def _decode(self, slot: WorkerSlot, data: bytes) -> control_channel.Message | None:
+        """The message a worker sent, or None (logged) when it is no message."""
+        try:
+            return control_channel.decode(data)
+        except ControlMessageError as exc:
+            self.bad_messages.log(logging.WARNING, ("malformed", slot.index), "ignoring a message from worker %d: %s",
+                                  slot.index, exc)
+            return None
 
     # --- signals -------------------------------------------------------------------
     def handle_sigterm(self) -> None:
@@ -415,7 +431,12 @@ class Supervisor:
         frozen = [k for k in changed if k in RESTART_ONLY_KEYS]
         live = {k: v for k, v in new.props.items() if k not in RESTART_ONLY_KEYS}
         live.update({k: v for k, v in self.config.props.items() if k in RESTART_ONLY_KEYS})
-        message = b"reload " + json.dumps(live).encode()
+        try:
+            message = control_channel.encode(Kind.RELOAD, live)
+        except ControlMessageError as exc:
+            log.error("reload failed, keeping the running settings: %s", exc)
+            self.notifier.ready(f"reload failed: {exc}")
+            return
         for slot in self.slots:
             if slot.control is not None:
                 try:
@@ -496,7 +517,7 @@ class Supervisor:
         for slot in self.slots:
             if slot.control is not None:
                 try:
-                    slot.control.send(b"stop")
+                    slot.control.send(control_channel.encode(Kind.STOP))
                 except OSError:
                     pass
         codes = []
@@ -516,10 +537,10 @@ class Supervisor:
         metrics_dir.cleanup(self.metrics_path)
         all_clean = all(c == 0 for c in codes) and self.exit_code == 0
         if all_clean:
-            self.root.close_root()
+            self.root.close()
             log.info("stopped cleanly")
         else:
-            self.root._unlock()
+            self.root.unlock()
             log.warning("stopped; not every worker stopped cleanly, the next start recovers")
         return self.exit_code
 
@@ -532,7 +553,7 @@ class Supervisor:
         for slot in self.slots:
             if slot.control is not None and slot.pid:
                 try:
-                    slot.control.send(b"drain")
+                    slot.control.send(control_channel.encode(Kind.DRAIN))
                     waiting[slot.control] = slot
                 except OSError:
                     pass
@@ -543,14 +564,17 @@ class Supervisor:
                 for key, _ in channels.select(max(0.0, deadline - time.monotonic())):
                     sock = key.fileobj
                     try:
-                        message = sock.recv(512)
+                        data = sock.recv(control_channel.MAX_MESSAGE)
                     except BlockingIOError:
                         continue
                     except OSError:
-                        message = b""
-                    if message in (b"drained", b""):
-                        waiting.pop(sock, None)
-                        channels.unregister(sock)
+                        data = b""
+                    if data:
+                        message = self._decode(waiting[sock], data)
+                        if message is None or message.kind is not Kind.DRAINED:
+                            continue  # anything else a draining worker says no longer matters
+                    waiting.pop(sock, None)
+                    channels.unregister(sock)
 
 
 def restart_delay(exits_in_window: int) -> float:

@@ -1,24 +1,14 @@
 """A worker process: pinned to one core, owning some partitions, serving the
 client connections the acceptor hands it.
 
-Control channel with the acceptor (a SOCK_SEQPACKET socketpair), one message
-per packet:
-
-* acceptor -> worker: ``conn`` with a client socket attached (SCM_RIGHTS),
-  answered ``took`` (adopted) or ``lost`` (the descriptor did not arrive:
-  our file-descriptor limit) so the acceptor can hand it elsewhere,
-  ``drain`` (take no more requests, finish those in flight, answer
-  ``drained``), ``stop`` (then flush, write checkpoints, exit 0),
-  ``reload <json>`` (new settings; the log settings apply live);
-* worker -> acceptor: ``ready`` once booted, ``hb C P I O`` every heartbeat
-  interval (open connections, open partitions, bytes in and out so far),
-  ``closed`` when a client connection ends,
-  ``boot-failed <why>`` before exiting with ``BOOT_FAILURE_EXIT``.
+It talks with the acceptor over its control channel (the messages are
+``hpbroker.server.control_channel``'s): it is handed connections (``conn``,
+answered ``took`` or ``lost``), asked to ``drain``, ``stop`` and ``reload``,
+and reports ``ready``, heartbeats, closed connections and a boot failure.
 """
 
 import asyncio
 import gc
-import json
 import logging
 import os
 import resource
@@ -26,7 +16,9 @@ import signal
 import socket
 from collections import deque
 
+from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
 from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogManager
@@ -41,8 +33,6 @@ from hpbroker.workers.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 
-BOOT_FAILURE_EXIT = 3
-CONTROL_MESSAGE_MAX = 1 << 16  # a reload carries the whole configuration
 FD_RESERVE = 64  # descriptors kept for segment files, checkpoints and peers
 TICK_S = 0.1
 PRUNE_EVERY_TICKS = 50  # unlinked segments' descriptors are closed within ~5 s
@@ -98,7 +88,7 @@ class Worker:
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.service, self.peers)
         self.control.setblocking(False)
         loop.add_reader(self.control.fileno(), self._on_control)
-        self._send(b"ready")
+        self._send(Kind.READY)
         self.service.groups.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
@@ -117,12 +107,12 @@ class Worker:
         log.info("worker %d stopped: partitions flushed, checkpoints written", self.index)
 
     # --- control channel -----------------------------------------------------------
-    def _send(self, message: bytes, then=None) -> None:
+    def _send(self, kind: Kind, payload=None, then=None) -> None:
         """Send to the acceptor, in order, never dropping a message: when the
         channel is full, messages queue until it is writable again.  ``then``
         runs once the message has left (a connection is adopted only after
         its "took" has, so the acceptor never hands on a socket we serve)."""
-        self._outbox.append((message, then))
+        self._outbox.append((control_channel.encode(kind, payload), then))
         if len(self._outbox) == 1:
             self._flush_outbox()
 
@@ -150,28 +140,37 @@ class Worker:
     def _on_control(self) -> None:
         while True:
             try:
-                message, fds, flags, _addr = socket.recv_fds(self.control, CONTROL_MESSAGE_MAX, 8)
+                data, fds, flags, _addr = socket.recv_fds(self.control, control_channel.MAX_MESSAGE, 8)
             except BlockingIOError:
                 return
             except OSError as exc:
                 log.error("control channel failed (%s); stopping", exc)
                 self.stopping.set()
                 return
-            if not message and not fds:
+            if not data and not fds:
                 log.error("the acceptor went away; stopping")
                 self.stopping.set()
                 return
-            if message == b"conn":
+            try:
+                message = control_channel.decode(data)
+            except ControlMessageError as exc:
+                log.warning("ignoring a message from the acceptor: %s", exc)
+                message = None
+            if message is not None and message.kind is Kind.CONN:
                 self._on_connection(fds, flags)
+                continue
+            for fd in fds:
+                os.close(fd)  # only a connection comes with a descriptor
+            if message is None:
+                continue
+            if message.kind is Kind.STOP:
+                self.stopping.set()
+            elif message.kind is Kind.DRAIN:
+                asyncio.get_running_loop().create_task(self._drain(report=True))
+            elif message.kind is Kind.RELOAD:
+                self._reload(message.payload)
             else:
-                for fd in fds:
-                    os.close(fd)
-                if message == b"stop":
-                    self.stopping.set()
-                elif message == b"drain":
-                    asyncio.get_running_loop().create_task(self._drain(report=True))
-                elif message.startswith(b"reload "):
-                    self._reload(json.loads(message[len(b"reload "):]))
+                log.warning("ignoring a %s message from the acceptor: it is a worker's to send", message.kind.value)
 
     def _on_connection(self, fds: list[int], flags: int) -> None:
         """The acceptor keeps each connection until we answer: "took" (adopted
@@ -181,10 +180,10 @@ class Worker:
         if flags & socket.MSG_CTRUNC or len(fds) != 1 or fds[0] >= self._fd_ceiling:
             for fd in fds:
                 os.close(fd)
-            self._send(b"lost")
+            self._send(Kind.LOST)
             return
         fd = fds[0]
-        self._send(b"took", then=lambda: self._adopt(fd))
+        self._send(Kind.TOOK, then=lambda: self._adopt(fd))
 
     def _reload(self, props: dict) -> None:
         """Apply new log settings (retention, flush, roll, ...) to every open log."""
@@ -227,7 +226,7 @@ class Worker:
     def _closed(self, connection) -> None:
         if connection in self.connections:
             self.connections.discard(connection)
-            self._send(b"closed")
+            self._send(Kind.CLOSED)
 
     async def _drain(self, report: bool = False) -> None:
         """First half of a stop: no more requests; the ones in flight finish
@@ -240,7 +239,7 @@ class Worker:
         await self._close_connections()
         self.drained = True
         if report:
-            self._send(b"drained")
+            self._send(Kind.DRAINED)
 
     async def _close_connections(self) -> None:
         """Stop reading, let each connection finish the request it is on, close."""
@@ -283,8 +282,8 @@ class Worker:
     async def _heartbeat(self) -> None:
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
         while True:
-            self._send(b"hb %d %d %d %d" % (len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
-                                            self.ctx.bytes_out))
+            self._send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
+                                                 self.ctx.bytes_out))
             await asyncio.sleep(interval)
 
 
@@ -306,7 +305,7 @@ def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.s
     except Exception as exc:
         log.exception("worker %d failed to boot", index)
         try:
-            control.send(b"boot-failed " + str(exc).encode()[:200])
+            control.send(control_channel.encode(Kind.BOOT_FAILED, str(exc)))
         except OSError:
             pass
         return BOOT_FAILURE_EXIT
