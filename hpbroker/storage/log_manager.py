@@ -1,12 +1,14 @@
 """Every partition log of a broker, across its ``log.dirs``.
 
-Owns what lives at the root of each log directory: the ``.lock`` (one broker
-per directory), ``meta.properties`` (broker id and cluster id, checked on every
-start), the clean-shutdown marker, and the offset checkpoints that are written
-for all partitions at once.  On start it learns from the marker whether the last
-stop was clean, removes it, and opens every partition with its recovery point
-and log start offset; on ``close()`` it flushes everything, writes the
-checkpoints and only then the marker.
+Opens every partition it owns with its recovery point and log start offset
+(recovering them after a stop that was not clean), and writes the offset
+checkpoints, which cover all partitions of a directory at once.  With
+``manage_root`` (the directories are this process's alone, as in tests) it
+also holds the directories themselves (``LogDirRoots``: lock,
+``meta.properties``, the clean-shutdown marker): ``open()`` learns whether
+the last stop was clean and ``close()`` flushes everything, writes the
+checkpoints and only then the marker.  Without it (a worker) the acceptor
+holds them and says whether the last stop was clean.
 
 Compaction: ``cleanable_logs()`` lists the compacted logs worth a pass
 (dirty ratio above ``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``
@@ -28,8 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from hpbroker.storage import checkpoints, cleaner, filenames
 from hpbroker.storage.config import LogConfig
-from hpbroker.storage.errors import LogDirInUseError, StorageError
+from hpbroker.storage.errors import StorageError
 from hpbroker.storage.log import Log, now_ms
+from hpbroker.storage.log_dir_roots import LogDirRoots
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +61,12 @@ class LogManager:
             raise StorageError("log.dirs is empty")
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.config = config or LogConfig()
-        self.broker_id = broker_id
         self.cluster_id = cluster_id
         self._topic_config = topic_config or (lambda topic: {})
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], str] = {}
-        self._locks: list[int] = []
         self._last_retention_ms = self._last_checkpoint_ms = self._last_high_watermark_ms = now_ms()
         self.had_clean_shutdown = True
         self._owns = owns or (lambda topic, partition: True)
@@ -73,73 +74,24 @@ class LogManager:
         # taken on the caller's thread, the files written (in order) by this one.
         self._checkpoint_io = ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background_checkpoints else None
         self.manage_root = manage_root
+        self.root = LogDirRoots(log_dirs, broker_id=broker_id, cluster_id=cluster_id) if manage_root else None
         self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
         self._cleaner_thread: cleaner.CleanerThread | None = None
 
     # --- start and stop ------------------------------------------------------------
-    def open_root(self) -> bool:
-        """Lock the directories, check ``meta.properties``, and consume the
-        clean-shutdown markers; returns whether the last stop was clean."""
-        for log_dir in self.log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
-            self._lock(log_dir)
-            self._check_meta_properties(log_dir)
-        for log_dir in self.log_dirs:
-            marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)
-            clean = os.path.exists(marker)
-            self.had_clean_shutdown &= clean
-            if clean:
-                os.unlink(marker)  # from now on a crash must look unclean
-        return self.had_clean_shutdown
-
-    def close_root(self) -> None:
-        """Write the clean-shutdown markers (after every owner closed) and unlock."""
-        for log_dir in self.log_dirs:
-            checkpoints.write_clean_shutdown(os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE))
-        self._unlock()
-
     def open(self, clean_shutdown: bool | None = None) -> "LogManager":
-        """Open every owned partition; with ``manage_root`` also what ``open_root`` does."""
-        clean = self.open_root() if self.manage_root else bool(clean_shutdown)
+        """Open every owned partition; with ``manage_root`` lock the directories
+        first and learn from them whether the last stop was clean, otherwise
+        take ``clean_shutdown`` from whoever holds them."""
+        if self.root is not None:
+            clean = self.root.open()
+            self.cluster_id = self.root.cluster_id
+        else:
+            clean = bool(clean_shutdown)
         self.had_clean_shutdown = clean
         for log_dir in self.log_dirs:
             self._load_dir(log_dir, clean)
         return self
-
-    def _lock(self, log_dir: str) -> None:
-        fd = os.open(os.path.join(log_dir, filenames.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            self._unlock()
-            raise LogDirInUseError(f"{log_dir} is in use by another broker (its .lock is held)") from None
-        self._locks.append(fd)
-
-    def _unlock(self) -> None:
-        for fd in self._locks:
-            os.close(fd)  # closing the descriptor releases the flock
-        self._locks.clear()
-
-    def _check_meta_properties(self, log_dir: str) -> None:
-        path = os.path.join(log_dir, filenames.META_PROPERTIES)
-        if not os.path.exists(path):
-            if self.cluster_id is None:
-                self.cluster_id = checkpoints.kafka_uuid_string(checkpoints.new_kafka_uuid())
-            props = {"version": "0", "broker.id": str(self.broker_id), "cluster.id": self.cluster_id}
-            checkpoints.write_properties(path, props, comment="written by hpbroker")
-            return
-        props = checkpoints.read_properties(path)
-        found_id = props.get("broker.id", props.get("node.id"))
-        if found_id is not None and int(found_id) != self.broker_id:
-            raise StorageError(
-                f"{path} says broker.id={found_id} but this broker is {self.broker_id}: "
-                "the directory belongs to another broker"
-            )
-        found_cluster = props.get("cluster.id")
-        if self.cluster_id is not None and found_cluster and found_cluster != self.cluster_id:
-            raise StorageError(f"{path} belongs to cluster {found_cluster}, not {self.cluster_id}")
-        self.cluster_id = found_cluster or self.cluster_id
 
     def _load_dir(self, log_dir: str, clean: bool) -> None:
         recovery_points = _read_checkpoint(os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT))
@@ -176,8 +128,8 @@ class LogManager:
             partition_log.close()
         self.write_checkpoints()
         self._logs.clear()
-        if self.manage_root:
-            self.close_root()
+        if self.root is not None:
+            self.root.close()
 
     # --- partitions ----------------------------------------------------------------
     def get_log(self, topic: str, partition: int) -> Log | None:

@@ -1,7 +1,9 @@
 """The acceptor never drops a connection it accepted because of its own state:
 not while the workers boot, not in a burst, not when a worker dies with
-connections queued to it, not at the descriptor limit; and a worker that
-keeps dying is restarted without stopping the broker."""
+connections queued to it, not at the descriptor limit; a worker that keeps
+dying is restarted without stopping the broker, one that cannot boot stops it
+with its reason; and the log directories stay locked by the acceptor
+throughout."""
 
 import logging
 import os
@@ -175,3 +177,23 @@ def test_a_worker_that_keeps_dying_is_restarted_without_stopping_the_broker(brok
     assert broker.proc.poll() is None
     assert "restarting it in" in broker.log_text(since_start=True)  # it backed off
     assert metadata_ping(broker.host, broker.port)
+
+
+def test_the_acceptor_keeps_the_log_dir_locked_while_its_workers_come_and_go(broker_factory):
+    broker = broker_factory(num_workers=2)
+    broker.kill_worker(0)
+    rival = broker_factory(start=False, data_dir=broker.data_dir)
+    rival.start(wait=False)
+    assert rival.proc.wait(30) == 1
+    assert "is in use by another broker" in rival.log_text()
+    assert metadata_ping(broker.host, broker.port)
+
+
+def test_a_worker_that_cannot_boot_stops_the_broker_with_its_reason(broker_factory, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for log_dir in (first, second):
+        (log_dir / "t-0").mkdir(parents=True)  # the worker owning t-0 refuses to guess which is real
+    broker = broker_factory(start=False, data_dir=f"{first},{second}", num_workers=2)
+    broker.start(wait=False)
+    assert broker.proc.wait(60) == 1
+    assert "could not boot: partition t-0 is in two log dirs" in broker.log_text(), broker.log_tail()
