@@ -3,6 +3,8 @@ OffsetCommitKey/Value and GroupMetadataKey/Value), and the group-to-partition ru
 
 import struct
 
+import pytest
+
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_owner, group_partition, java_string_hash, partition_owner
 from hpbroker.workers.groups import records as R
 
@@ -41,6 +43,26 @@ def test_older_offset_commit_values_decode():
     # v4 is v3 flexible: compact string (length + 1) and an empty tag section
     v4 = b"\x00\x04" + struct.pack(">qi", 9, 2) + b"\x02x" + struct.pack(">q", 100) + b"\x00"
     assert R.decode_offset_value(v4) == R.OffsetValue(9, 2, "x", 100, -1)
+
+
+def test_flexible_values_read_multi_byte_lengths_and_skip_tags():
+    def c(text: str) -> bytes:  # compact string: varint length + 1
+        return bytes([len(text) + 1]) + text.encode()
+
+    subscription = b"s" * 200  # compact length 201: two varint bytes
+    tags = b"\x01" + b"\x07\x03abc"  # one unknown tag (7) of 3 bytes
+    member = (c("m") + c("i") + c("c") + c("h") + struct.pack(">ii", 9000, 7000) + b"\xc9\x01" + subscription
+              + b"\x02A" + tags)
+    v4 = (b"\x00\x04" + c("consumer") + struct.pack(">i", 3) + c("range") + c("m") + struct.pack(">q", 5)
+          + b"\x02" + member + tags)
+    assert R.decode_group_value(v4) == R.GroupValue("consumer", 3, "range", "m", 5, (
+        R.MemberValue("m", "i", "c", "h", 9000, 7000, subscription, b"A"),))
+
+
+def test_a_torn_flexible_value_is_a_value_error():
+    v4 = b"\x00\x04" + struct.pack(">qi", 9, 2) + b"\xc9"  # the length's second byte is missing
+    with pytest.raises(ValueError, match="cut off after 1 byte"):
+        R.decode_offset_value(v4)
 
 
 def test_group_metadata_value_v3_layout():

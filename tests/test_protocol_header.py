@@ -5,6 +5,7 @@ import struct
 import pytest
 
 from hpbroker.protocol import MalformedRequest, RequestHeader, encode_response_header, parse_request_header
+from hpbroker.protocol.header import read_uvarint, write_uvarint
 from hpbroker.protocol.schemas import request_header_version, response_header_version
 
 PREFIX = struct.pack(">hhi", 3, 12, 0x01020304)
@@ -77,3 +78,22 @@ def test_response_headers():
 def test_header_versions_follow_flexibility(api_key, version, request_hv, response_hv):
     assert request_header_version(api_key, version) == request_hv
     assert response_header_version(api_key, version) == response_hv
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\x05\x81", "unsigned varint at byte 1 is cut off after 1 byte(s)"),
+    (b"\x80\x80\x80\x80\x80\x00", "unsigned varint at byte 0 is longer than 5 bytes"),
+    (b"\xff\xff\xff\xff\x1f", "unsigned varint at byte 0 does not fit in 32 bits"),
+])
+def test_bad_varints_are_malformed_requests_that_say_where(data, message):
+    pos = 1 if data[0] == 5 else 0
+    with pytest.raises(MalformedRequest) as info:
+        read_uvarint(data, pos)
+    assert str(info.value) == message
+
+
+def test_varints_of_one_and_several_bytes():
+    assert read_uvarint(b"\x00\x7f", 1) == (127, 2)
+    assert read_uvarint(b"\xac\x02", 0) == (300, 2)
+    assert read_uvarint(b"\xff\xff\xff\xff\x0f", 0) == (0xFFFFFFFF, 5)
+    assert write_uvarint(300) == b"\xac\x02"

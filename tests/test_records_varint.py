@@ -1,4 +1,5 @@
-"""Zig-zag varints of the record format (protobuf encoding, Kafka's ByteUtils)."""
+"""Zig-zag varints of the record format (protobuf encoding, Kafka's ByteUtils),
+and the record errors their bad bytes raise."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -6,20 +7,18 @@ from hypothesis import given, settings, strategies as st
 from hpbroker.records import varint
 from hpbroker.records.errors import CorruptRecordError, TruncatedRecordError
 from hpbroker.records.varint import (
-    decode_uvarint,
     decode_varint,
     decode_varlong,
-    encode_uvarint,
     encode_varint,
     encode_varlong,
     size_of_varint,
     unzigzag,
     zigzag,
 )
+from hpbroker.varint import max_bytes
 
 INT32 = st.integers(varint.INT32_MIN, varint.INT32_MAX)
 INT64 = st.integers(varint.INT64_MIN, varint.INT64_MAX)
-UINT32 = st.integers(0, 0xFFFFFFFF)
 
 
 @pytest.mark.parametrize("value, encoded", [
@@ -48,18 +47,11 @@ def test_known_varlong_extremes():
     assert decode_varlong(b"\xff" * 9 + b"\x01") == (varint.INT64_MIN, 10)
 
 
-@pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),
-                                            (300, b"\xac\x02"), (0xFFFFFFFF, b"\xff\xff\xff\xff\x0f")])
-def test_known_uvarint_encodings(value, encoded):
-    assert encode_uvarint(value) == encoded
-    assert decode_uvarint(encoded) == (value, len(encoded))
-
-
 @settings(max_examples=300)
 @given(INT32)
 def test_varint_round_trip(value):
     data = encode_varint(value)
-    assert len(data) <= varint.VARINT_MAX_BYTES
+    assert len(data) <= max_bytes(32) == 5
     assert len(data) == size_of_varint(value)
     assert decode_varint(data) == (value, len(data))
 
@@ -68,16 +60,9 @@ def test_varint_round_trip(value):
 @given(INT64)
 def test_varlong_round_trip(value):
     data = encode_varlong(value)
-    assert len(data) <= varint.VARLONG_MAX_BYTES
+    assert len(data) <= max_bytes(64) == 10
     assert len(data) == size_of_varint(value)
     assert decode_varlong(data) == (value, len(data))
-
-
-@settings(max_examples=200)
-@given(UINT32)
-def test_uvarint_round_trip(value):
-    data = encode_uvarint(value)
-    assert decode_uvarint(data) == (value, len(data))
 
 
 @settings(max_examples=200)
@@ -114,31 +99,24 @@ def test_encoders_reject_out_of_range(encode):
         encode(-(1 << limit) - 1)
 
 
-def test_uvarint_encoder_rejects_out_of_range():
-    with pytest.raises(ValueError):
-        encode_uvarint(-1)
-    with pytest.raises(ValueError):
-        encode_uvarint(1 << 32)
-
-
-@pytest.mark.parametrize("decode", [decode_varint, decode_varlong, decode_uvarint])
+@pytest.mark.parametrize("decode", [decode_varint, decode_varlong])
 @pytest.mark.parametrize("data", [b"", b"\x80", b"\xff\xff", b"\x80\x80\x80\x80"])
 def test_truncated_input_raises_truncated(decode, data):
     with pytest.raises(TruncatedRecordError):
         decode(data)
 
 
-@pytest.mark.parametrize("decode", [decode_varint, decode_varlong, decode_uvarint])
+@pytest.mark.parametrize("decode", [decode_varint, decode_varlong])
 def test_truncated_at_a_position_past_the_end(decode):
     with pytest.raises(TruncatedRecordError):
         decode(b"\x00\x00", 2)
 
 
-@pytest.mark.parametrize("decode, max_bytes", [(decode_varint, 5), (decode_uvarint, 5), (decode_varlong, 10)])
-def test_overlong_input_raises_corrupt(decode, max_bytes):
+@pytest.mark.parametrize("decode, limit", [(decode_varint, 5), (decode_varlong, 10)])
+def test_overlong_input_raises_corrupt(decode, limit):
     # A continuation bit on the last allowed byte: not a torn tail but bad data,
     # even when more bytes follow.
-    data = b"\x80" * max_bytes + b"\x00"
+    data = b"\x80" * limit + b"\x00"
     with pytest.raises(CorruptRecordError) as info:
         decode(data)
     assert not isinstance(info.value, TruncatedRecordError)
@@ -146,7 +124,6 @@ def test_overlong_input_raises_corrupt(decode, max_bytes):
 
 @pytest.mark.parametrize("decode, data", [
     (decode_varint, b"\xff\xff\xff\xff\x1f"),  # 35 bits, beyond int32's zig-zag range
-    (decode_uvarint, b"\xff\xff\xff\xff\x1f"),
     (decode_varlong, b"\xff" * 9 + b"\x03"),  # 65 bits
 ])
 def test_value_too_wide_raises_corrupt(decode, data):
@@ -158,3 +135,12 @@ def test_corrupt_errors_are_value_errors():
     # Callers that only care about "bad input" catch ValueError.
     with pytest.raises(ValueError):
         decode_varint(b"\x80")
+
+
+def test_errors_name_the_field_and_where_it_starts():
+    with pytest.raises(TruncatedRecordError, match=r"^varlong at byte 1 is cut off after 2 byte\(s\)$"):
+        decode_varlong(b"\x00\x80\x80", 1)
+    with pytest.raises(CorruptRecordError, match=r"^varint at byte 0 is longer than 5 bytes$"):
+        decode_varint(b"\x80" * 6)
+    with pytest.raises(CorruptRecordError, match=r"^varint at byte 2 does not fit in 32 bits$"):
+        decode_varint(b"\x00\x00\xff\xff\xff\xff\x1f", 2)

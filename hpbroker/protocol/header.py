@@ -23,6 +23,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from hpbroker.varint import VarintError, decode_uvarint
+from hpbroker.varint import encode_uvarint as write_uvarint  # noqa: F401  re-exported: compact lengths as the protocol writes them
+
 from .exceptions import MalformedRequest
 
 _prefix = struct.Struct(">hhi")
@@ -81,27 +84,11 @@ def _read_client_id(frame: bytes | memoryview, pos: int) -> tuple[str | None, in
 
 
 def read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Unsigned LEB128 varint (at most 5 bytes, as Kafka's int32 varints)."""
-    result = 0
-    for shift in range(0, 35, 7):
-        if pos >= len(frame):
-            raise MalformedRequest("truncated varint")
-        byte = frame[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise MalformedRequest("varint longer than 5 bytes")
-
-
-def write_uvarint(value: int) -> bytes:
-    """Unsigned LEB128 varint, as compact lengths and tag counts are written."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    """A uint32 varint (at most 5 bytes); a bad one makes the request malformed."""
+    try:
+        return decode_uvarint(frame, pos)
+    except VarintError as exc:
+        raise MalformedRequest(str(exc)) from None
 
 
 def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from hpbroker.protocol.header import write_uvarint
+from hpbroker.varint import encode_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -62,14 +62,14 @@ class _Writer:
 
     def array_length(self, n: int | None) -> None:
         if self.flexible:
-            self.buf += write_uvarint(0 if n is None else n + 1)
+            self.buf += encode_uvarint(0 if n is None else n + 1)
         else:
             self.buf += _I32.pack(-1 if n is None else n)
 
     def string(self, text: str) -> None:
         raw = text.encode()
         if self.flexible:
-            self.buf += write_uvarint(len(raw) + 1)
+            self.buf += encode_uvarint(len(raw) + 1)
         else:
             self.buf += _I16.pack(len(raw))
         self.buf += raw
@@ -81,7 +81,7 @@ class _Writer:
     def records(self, records) -> None:
         size = -1 if records is None else (records.size if isinstance(records, FileRegion) else len(records))
         if self.flexible:
-            self.buf += write_uvarint(size + 1)
+            self.buf += encode_uvarint(size + 1)
         else:
             self.buf += _I32.pack(size)
         if isinstance(records, FileRegion):

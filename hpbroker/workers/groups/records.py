@@ -43,6 +43,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from hpbroker.varint import decode_uvarint
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
@@ -131,14 +133,8 @@ class _Reader:
     def i64(self): return self._take(_I64)
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
+        value, self.pos = decode_uvarint(self.data, self.pos)
+        return value
 
     def _length(self, fixed: struct.Struct) -> int:
         return self.uvarint() - 1 if self.flexible else self._take(fixed)
@@ -163,8 +159,9 @@ class _Reader:
     def tags(self) -> None:
         if self.flexible:
             for _ in range(self.uvarint()):
-                self.uvarint()
-                self.pos += self.uvarint()
+                self.uvarint()  # the tag: these records define none we read
+                size = self.uvarint()  # read before the += below loads self.pos
+                self.pos += size
 
 
 # --- keys -----------------------------------------------------------------------
