@@ -391,8 +391,7 @@ class Supervisor:
             elif message.kind is Kind.CLOSED:
                 slot.connections = max(0, slot.connections - 1)
             elif message.kind is Kind.HEARTBEAT:
-                beat = message.payload
-                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = beat
+                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = message.payload
             elif message.kind is Kind.BOOT_FAILED:
                 slot.boot_error = message.payload
             else:
