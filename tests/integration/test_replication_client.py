@@ -7,7 +7,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from hpbroker.protocol.client import ClientConnection
+from hpbroker.replication.client import ClientConnection
 from tests.integration.broker import free_port
 
 

@@ -19,8 +19,8 @@ from functools import cache
 
 from kio.serial import entity_reader, entity_writer
 
-from .header import skip_tagged_fields
-from .schemas import request_header_version, response_header_version, response_type
+from hpbroker.protocol.header import skip_tagged_fields
+from hpbroker.protocol.schemas import request_header_version, response_header_version, response_type
 
 _request_prefix = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
 _int16 = struct.Struct(">h")
