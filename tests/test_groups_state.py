@@ -1,38 +1,92 @@
 """The group state machine and the coordinator over a real log, in one event loop:
-join/sync/heartbeat/leave, timeouts, fencing, and reload from ``__consumer_offsets``."""
+join/sync/heartbeat/leave, timeouts, fencing, and reload from ``__consumer_offsets``.
+
+Groups run on a ``FakeClock``: time moves only when a test advances it, so
+session, rebalance and initial-delay timeouts fire at exact instants and no
+test sleeps."""
 
 import asyncio
+import heapq
+import itertools
 import os
+import time
 
+import pytest
 
 from hpbroker.protocol import errors as E
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig
+from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig, LoopClock, now_ms
 from hpbroker.workers.partitions import PartitionService
 from hpbroker.workers.topics import TopicRegistry
 
 NO_DELAY = GroupConfig(initial_rebalance_delay_ms=0)
 PROTOCOLS = [("range", b"r"), ("roundrobin", b"rr")]
+START_MS = 1_700_000_000_000
 
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 10))
 
 
-async def until(condition, timeout: float = 2.0):
-    """Let the loop run until ``condition()`` holds (a state change another task makes)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.001)
-
-
 async def settle():
-    """Give every ready task its turn, to show that something does not happen."""
+    """Give every ready task its turn (a task woken by a future needs one)."""
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+async def until(condition, turns: int = 10_000):
+    """Let the loop run until ``condition()`` holds (a state change another task makes)."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+class FakeTimer:
+    def __init__(self, when: int, callback, args):
+        self.when, self.callback, self.args, self.cancelled = when, callback, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeClock:
+    """A group clock whose time moves only in ``advance``, which fires the
+    timers it passes in deadline order (ties in the order they were armed,
+    as the loop does) and lets the woken tasks run after each."""
+
+    def __init__(self, now: int = START_MS):
+        self.now = now
+        self.timers: list = []
+        self.seq = itertools.count()
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def call_later(self, delay_ms: int, callback, *args) -> FakeTimer:
+        timer = FakeTimer(self.now + delay_ms, callback, args)
+        heapq.heappush(self.timers, (timer.when, next(self.seq), timer))
+        return timer
+
+    async def advance(self, ms: int) -> None:
+        target = self.now + ms
+        await settle()
+        while self.timers and self.timers[0][0] <= target:
+            when, _, timer = heapq.heappop(self.timers)
+            if not timer.cancelled:
+                self.now = when
+                timer.callback(*timer.args)
+                await settle()
+        self.now = target
+        await settle()
+
+
+def group(config: GroupConfig = NO_DELAY) -> tuple[Group, FakeClock]:
+    clock = FakeClock()
+    return Group("g", config, clock=clock), clock
 
 
 async def join(group, member_id="", *, client="c", session=1000, rebalance=1000, protocols=PROTOCOLS,
@@ -48,29 +102,57 @@ async def join_new(group, **kw):
     return await join(group, first[5], **kw)
 
 
+async def stable_pair(g, clock, *, session=1000, rebalance=1000):
+    """Members a (leader) and b, both synced at generation 2; returns their join answers."""
+    a = await join_new(g, client="a", session=session, rebalance=rebalance)
+    b_join = asyncio.ensure_future(join_new(g, client="b", session=session, rebalance=rebalance))
+    await until(lambda: g.state == PREPARING)
+    a = await join(g, a[5], client="a", session=session, rebalance=rebalance)
+    b = await b_join
+    assert a[1] == b[1] == 2
+    await asyncio.gather(g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")]),
+                         g.sync(b[5], None, 2, None, None, []))
+    assert g.state == STABLE
+    return a, b
+
+
 def test_member_id_required_then_a_single_member_group_completes():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         error, generation, ptype, pname, leader, member_id, members, _ = await join_new(g)
         assert (error, generation, ptype, pname, leader) == (E.NONE, 1, "consumer", "range", member_id)
         assert members == [(member_id, None, b"r")]
-        assert g.state == COMPLETING
+        assert g.state == COMPLETING and g.state_timestamp == START_MS
+        await clock.advance(5)
         assert await g.sync(member_id, None, 1, "consumer", "range", [(member_id, b"A")]) == (
             E.NONE, "consumer", "range", b"A")
-        assert g.state == STABLE
+        assert g.state == STABLE and g.state_timestamp == START_MS + 5  # timestamps come from the clock
         assert g.heartbeat(member_id, None, 1) == E.NONE
         assert g.heartbeat(member_id, None, 0) == E.ILLEGAL_GENERATION
         assert g.heartbeat("nobody", None, 1) == E.UNKNOWN_MEMBER_ID
         assert g.leave(member_id, None) == E.NONE
-        await until(lambda: g.state == EMPTY)
-        assert g.generation == 2
+        assert g.state == EMPTY and g.generation == 2  # the last member left: no rebalance to wait for
+        g.close()
+    run(scenario())
+
+
+def test_a_member_id_handed_out_is_forgotten_after_the_session_timeout():
+    async def scenario():
+        g, clock = group()
+        first = await join(g, session=300)
+        assert first[0] == E.MEMBER_ID_REQUIRED and first[5] in g.pending
+        await clock.advance(299)
+        assert first[5] in g.pending
+        await clock.advance(1)
+        assert first[5] not in g.pending
+        assert (await join(g, first[5], session=300))[0] == E.UNKNOWN_MEMBER_ID
         g.close()
     run(scenario())
 
 
 def test_two_members_the_followers_sync_waits_for_the_leader():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         a = await join_new(g, client="a")
         first = a[5]
         assert g.state == COMPLETING
@@ -83,7 +165,7 @@ def test_two_members_the_followers_sync_waits_for_the_leader():
         assert a2[1] == b[1] == 2 and a2[4] == b[4] == first  # same generation, a leads
         assert len(a2[6]) == 2 and b[6] == []  # only the leader sees the members
         follower = asyncio.ensure_future(g.sync(b[5], None, 2, None, None, []))
-        await settle()
+        await clock.advance(500)  # well inside every timeout: only the leader's sync releases it
         assert not follower.done()
         assert (await g.sync(first, None, 2, None, None, [(first, b"A"), (b[5], b"B")]))[3] == b"A"
         assert (await follower)[3] == b"B"
@@ -96,39 +178,40 @@ def test_a_follower_whose_session_ran_out_during_sync_is_still_expired_later():
     assignment must start its session again, or a silent death goes unnoticed
     until the next rebalance times out."""
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         a = await join_new(g, client="a", session=100)
         b_join = asyncio.ensure_future(join_new(g, client="b", session=100))
         await until(lambda: g.state == PREPARING)
         a2 = await join(g, a[5], client="a", session=100)
         b = await b_join
         follower = asyncio.ensure_future(g.sync(b[5], None, b[1], None, None, []))
-        started = asyncio.get_running_loop().time()
-        while asyncio.get_running_loop().time() - started < 0.25:  # past b's session, a heartbeating
+        for _ in range(8):  # 240 ms: past b's session, a heartbeating
             assert g.heartbeat(a[5], None, a2[1]) == E.NONE
-            await asyncio.sleep(0.03)
+            await clock.advance(30)
+        assert b[5] in g.members and not follower.done()
         await g.sync(a[5], None, a2[1], None, None, [(a[5], b"A"), (b[5], b"B")])
         assert (await follower)[3] == b"B" and g.state == STABLE
-
-        async def leader_alive():
-            while True:
-                g.heartbeat(a[5], None, g.generation)
-                await asyncio.sleep(0.03)
-
-        keep = asyncio.ensure_future(leader_alive())
-        await until(lambda: b[5] not in g.members, timeout=1.0)  # b went silent after its assignment
-        keep.cancel()
+        for _ in range(3):  # 90 ms after the assignment: b's new session has not run out
+            g.heartbeat(a[5], None, g.generation)
+            await clock.advance(30)
+        assert b[5] in g.members
+        g.heartbeat(a[5], None, g.generation)
+        await clock.advance(10)
+        assert b[5] not in g.members and a[5] in g.members  # b went silent after its assignment
         g.close()
     run(scenario())
 
 
 def test_protocol_with_most_votes_among_common_ones_wins():
     async def scenario():
-        g = Group("g", GroupConfig(initial_rebalance_delay_ms=50))
+        g, clock = group(GroupConfig(initial_rebalance_delay_ms=50))
         joins = [asyncio.ensure_future(join(g, protocols=p, require_known=False)) for p in (
             [("roundrobin", b""), ("range", b""), ("sticky", b"")],
             [("range", b""), ("roundrobin", b"")],
             [("sticky", b""), ("range", b""), ("roundrobin", b"")])]
+        await clock.advance(50)  # two of them arrived during the first delay: a second one follows
+        assert not any(j.done() for j in joins)
+        await clock.advance(50)
         results = await asyncio.gather(*joins)
         # sticky is not common; range has 2 first-choice votes among {range, roundrobin}
         assert {r[3] for r in results} == {"range"}
@@ -139,33 +222,44 @@ def test_protocol_with_most_votes_among_common_ones_wins():
 
 
 def test_initial_rebalance_delay_gathers_members_into_one_generation():
+    """KIP-134: the first join waits group.initial.rebalance.delay.ms, and each
+    delay in which a member arrived is followed by another (up to the
+    rebalance timeout)."""
     async def scenario():
-        g = Group("g", GroupConfig(initial_rebalance_delay_ms=100))
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+        g, clock = group(GroupConfig(initial_rebalance_delay_ms=100))
         a = asyncio.ensure_future(join(g, require_known=False))
-        await asyncio.sleep(0.05)
+        await clock.advance(50)
         b = asyncio.ensure_future(join(g, require_known=False))
+        await clock.advance(149)  # b arrived during the first delay: a second one runs to 200
+        assert not a.done() and not b.done() and g.state == PREPARING
+        await clock.advance(1)
         ra, rb = await a, await b
-        assert ra[1] == rb[1] == 1 and loop.time() - start >= 0.1
+        assert ra[1] == rb[1] == 1 and {ra[5], rb[5]} == set(g.members)
+        g.close()
+    run(scenario())
+
+
+def test_a_quiet_initial_delay_is_not_extended():
+    async def scenario():
+        g, clock = group(GroupConfig(initial_rebalance_delay_ms=100))
+        a = asyncio.ensure_future(join(g, require_known=False))
+        await clock.advance(99)
+        assert not a.done()
+        await clock.advance(1)
+        assert (await a)[1] == 1
         g.close()
     run(scenario())
 
 
 def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance():
     async def scenario():
-        g = Group("g", NO_DELAY)
-        a = await join_new(g, session=200)
-        b_join = asyncio.ensure_future(join_new(g, session=200))
-        await until(lambda: g.state == PREPARING)
-        a = await join(g, a[5], session=200)
-        b = await b_join
-        await asyncio.gather(g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")]),
-                             g.sync(b[5], None, 2, None, None, []))
-        assert g.state == STABLE
-        for _ in range(5):  # only a keeps heartbeating
-            await asyncio.sleep(0.08)
+        g, clock = group()
+        a, b = await stable_pair(g, clock, session=200)
+        for _ in range(2):  # only a keeps heartbeating
+            await clock.advance(90)
             g.heartbeat(a[5], None, 2)
+        assert b[5] in g.members and g.state == STABLE  # 180 ms: inside b's session
+        await clock.advance(20)
         assert b[5] not in g.members and g.state == PREPARING
         assert g.heartbeat(b[5], None, 2) == E.UNKNOWN_MEMBER_ID
         again = await join(g, a[5], session=200)
@@ -174,20 +268,56 @@ def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance():
     run(scenario())
 
 
+def test_a_commit_counts_as_a_heartbeat():
+    async def scenario():
+        g, clock = group()
+        a, b = await stable_pair(g, clock, session=200)
+        for _ in range(3):
+            await clock.advance(150)
+            g.heartbeat(a[5], None, 2)
+            g.touch(b[5])
+        assert set(g.members) == {a[5], b[5]} and g.state == STABLE
+        g.close()
+    run(scenario())
+
+
 def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_dropped():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         a = await join_new(g, session=5000, rebalance=150)
         await g.sync(a[5], None, 1, None, None, [])
-        b = await asyncio.wait_for(join_new(g, session=5000, rebalance=150), 2)  # a never rejoins
+        b_join = asyncio.ensure_future(join_new(g, session=5000, rebalance=150))  # a never rejoins
+        await clock.advance(149)
+        assert not b_join.done() and a[5] in g.members
+        await clock.advance(1)
+        b = await b_join
         assert b[1] == 2 and a[5] not in g.members and b[4] == b[5]
+        g.close()
+    run(scenario())
+
+
+def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
+    async def scenario():
+        g, clock = group()
+        a = await join_new(g, client="a", session=5000, rebalance=300)
+        b_join = asyncio.ensure_future(join_new(g, client="b", session=5000, rebalance=300))
+        await until(lambda: g.state == PREPARING)
+        a = await join(g, a[5], client="a", session=5000, rebalance=300)
+        b = await b_join
+        await clock.advance(100)
+        await g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")])  # b never sends SyncGroup
+        assert g.state == STABLE and g.pending_sync == {b[5]}
+        await clock.advance(199)
+        assert b[5] in g.members
+        await clock.advance(1)  # 300 ms after the join completed
+        assert b[5] not in g.members and g.state == PREPARING
         g.close()
     run(scenario())
 
 
 def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         leader = await join(g, instance="i-1", client="a")
         assert leader[0] == E.NONE  # static members skip MEMBER_ID_REQUIRED
         f_join = asyncio.ensure_future(join(g, instance="i-2", client="b"))
@@ -208,12 +338,39 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
 
 def test_sync_errors():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         a = await join_new(g)
         assert (await g.sync(a[5], None, 7, None, None, []))[0] == E.ILLEGAL_GENERATION
         assert (await g.sync("who", None, 1, None, None, []))[0] == E.UNKNOWN_MEMBER_ID
         assert (await g.sync(a[5], None, 1, "consumer", "roundrobin", []))[0] == E.INCONSISTENT_GROUP_PROTOCOL
         g.close()
+    run(scenario())
+
+
+def test_close_stops_every_timer_and_answers_the_waiters():
+    async def scenario():
+        g, clock = group(GroupConfig(initial_rebalance_delay_ms=100))
+        waiting = asyncio.ensure_future(join(g, require_known=False))
+        pending = await join(g, session=300)
+        await settle()
+        g.close()
+        assert (await waiting)[0] == E.NOT_COORDINATOR
+        assert all(timer.cancelled for _, _, timer in clock.timers) and pending[5] not in g.pending
+        await clock.advance(10_000)  # nothing left to fire
+        assert g.generation == 0
+    run(scenario())
+
+
+def test_the_live_clock_arms_loop_timers_in_milliseconds():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        fired = loop.create_future()
+        handle = LoopClock().call_later(1500, fired.set_result, "late")
+        assert handle.when() - loop.time() == pytest.approx(1.5, abs=0.2)
+        handle.cancel()
+        LoopClock().call_later(0, fired.set_result, "now")
+        assert await fired == "now"
+        assert abs(LoopClock().now_ms() - time.time() * 1000) < 1000
     run(scenario())
 
 
@@ -282,7 +439,6 @@ def test_offset_delete_and_expiry(tmp_path):
         assert c.offset_delete("g", [("events", 0)]) == (E.NONE, [("events", 0, E.NONE)])
         assert c.offset_fetch("g", [("events", [0])], False)[1][0][2] == -1
         assert c.offset_delete("zzz", [("events", 0)])[0] == E.GROUP_ID_NOT_FOUND
-        from hpbroker.workers.groups.state import now_ms
         assert c.expire_offsets(now_ms()) == 0
         assert c.expire_offsets(now_ms() + 61_000) == 1  # h's commit is older than the retention
         assert "h" not in c.groups and "g" not in c.groups  # empty groups without offsets go too
@@ -312,7 +468,7 @@ def test_session_timeout_bounds_and_ownership(tmp_path):
 
 def test_a_restarted_static_leader_gets_no_leadership_and_no_rebalance():
     async def scenario():
-        g = Group("g", NO_DELAY)
+        g, clock = group()
         leader = await join(g, instance="i-1")
         await g.sync(leader[5], "i-1", 1, None, None, [(leader[5], b"A")])
         back = await join(g, instance="i-1")

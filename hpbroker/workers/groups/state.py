@@ -8,11 +8,13 @@ KIP-394 MEMBER_ID_REQUIRED, KIP-134 initial rebalance delay)::
     PreparingRebalance --nobody rejoined--> Empty          any --delete/expiry--> Dead
 
 Join and sync waits are futures resolved by the transitions; session,
-rebalance and pending-sync timeouts are ``loop.call_later`` handles, re-armed
-by heartbeats.  Answers are plain tuples so they cross the intra-broker
-channel.  ``persist(group)`` is called where Kafka writes the group's metadata
-record (assignment done, group emptied, static member replaced) and returns
-an error code (0 when written).
+rebalance and pending-sync timeouts are timers of the group's clock, re-armed
+by heartbeats.  The clock is a parameter (live: ``LoopClock``, wall time and
+the running loop's ``call_later``) so that tests move time by hand instead of
+sleeping through timeouts.  Answers are plain tuples so they cross the
+intra-broker channel.  ``persist(group)`` is called where Kafka writes the
+group's metadata record (assignment done, group emptied, static member
+replaced) and returns an error code (0 when written).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import asyncio
 import struct
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from hpbroker.protocol import errors as E
 
@@ -30,6 +34,32 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "Com
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Where a group reads the time and arms its timeouts."""
+
+    def now_ms(self) -> int: ...
+
+    def call_later(self, delay_ms: int, callback: Callable[..., None], *args) -> Timer: ...
+
+
+class LoopClock:
+    """The live clock: wall-clock milliseconds for timestamps (they are stored
+    and compared with other brokers'), the running loop's timers for timeouts."""
+
+    now_ms = staticmethod(now_ms)
+
+    @staticmethod
+    def call_later(delay_ms: int, callback: Callable[..., None], *args) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay_ms / 1000, callback, *args)
+
+
+LOOP_CLOCK = LoopClock()
 
 
 @dataclass(frozen=True)
@@ -51,7 +81,7 @@ class Member:
         self.assignment = b""
         self.join_waiter: asyncio.Future | None = None
         self.sync_waiter: asyncio.Future | None = None
-        self.expiry: asyncio.TimerHandle | None = None
+        self.expiry: Timer | None = None
 
     def metadata(self, protocol: str | None) -> bytes:
         return next((m for n, m in self.protocols if n == protocol), b"")
@@ -88,10 +118,11 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
 
 
 class Group:
-    def __init__(self, group_id: str, config: GroupConfig, persist=lambda group: 0):
+    def __init__(self, group_id: str, config: GroupConfig, persist=lambda group: 0, clock: Clock = LOOP_CLOCK):
         self.group_id = group_id
         self.config = config
         self.persist = persist
+        self.clock = clock
         self.state = EMPTY
         self.generation = 0
         self.protocol_type: str | None = None
@@ -99,18 +130,18 @@ class Group:
         self.leader: str | None = None
         self.members: dict[str, Member] = {}
         self.static: dict[str, str] = {}  # group.instance.id -> member id
-        self.pending: dict[str, asyncio.TimerHandle] = {}  # ids handed out with MEMBER_ID_REQUIRED
+        self.pending: dict[str, Timer] = {}  # ids handed out with MEMBER_ID_REQUIRED
         self.pending_sync: set[str] = set()
-        self.state_timestamp = now_ms()
-        self._join_timer: asyncio.TimerHandle | None = None
-        self._sync_timer: asyncio.TimerHandle | None = None
+        self.state_timestamp = clock.now_ms()
+        self._join_timer: Timer | None = None
+        self._sync_timer: Timer | None = None
         self._initial_delay = False  # the join phase waits out group.initial.rebalance.delay.ms
         self._new_member_added = False
 
     # --- helpers ---------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         self.state = state
-        self.state_timestamp = now_ms()
+        self.state_timestamp = self.clock.now_ms()
 
     def _fenced(self, member_id: str, instance_id: str | None) -> bool:
         return instance_id is not None and self.static.get(instance_id, member_id) != member_id
@@ -157,8 +188,7 @@ class Group:
     def _arm_expiry(self, member: Member) -> None:
         if member.expiry is not None:
             member.expiry.cancel()
-        member.expiry = asyncio.get_running_loop().call_later(
-            member.session_ms / 1000, self._on_expiry, member.member_id)
+        member.expiry = self.clock.call_later(member.session_ms, self._on_expiry, member.member_id)
 
     # --- JoinGroup -------------------------------------------------------------------
     async def join(self, member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
@@ -178,8 +208,7 @@ class Group:
                     return await self._replace_static(self.members[old], new_id, *args)
                 return await self._add_and_rebalance(new_id, protocol_type, *args)
             if require_known_member_id:
-                self.pending[new_id] = asyncio.get_running_loop().call_later(
-                    session_ms / 1000, self._on_pending_expiry, new_id)
+                self.pending[new_id] = self.clock.call_later(session_ms, self._on_pending_expiry, new_id)
                 return self.join_error(E.MEMBER_ID_REQUIRED, new_id)
             return await self._add_and_rebalance(new_id, protocol_type, *args)
         if member_id in self.pending:
@@ -266,24 +295,22 @@ class Group:
         if self._sync_timer is not None:
             self._sync_timer.cancel()
         self.pending_sync.clear()
-        loop = asyncio.get_running_loop()
         rebalance_ms = max((m.rebalance_ms for m in self.members.values()), default=0)
         if self.state == EMPTY and self.config.initial_rebalance_delay_ms > 0:
             # KIP-134: let the other members of a starting group arrive before assigning.
             delay = self.config.initial_rebalance_delay_ms
             self._initial_delay, self._new_member_added = True, False
-            self._join_timer = loop.call_later(delay / 1000, self._on_initial_delay, max(rebalance_ms - delay, 0))
+            self._join_timer = self.clock.call_later(delay, self._on_initial_delay, max(rebalance_ms - delay, 0))
         else:
             self._initial_delay = False
-            self._join_timer = loop.call_later(rebalance_ms / 1000, self._complete_join)
+            self._join_timer = self.clock.call_later(rebalance_ms, self._complete_join)
         self._set_state(PREPARING)
 
     def _on_initial_delay(self, remaining_ms: int) -> None:
         if self._new_member_added and remaining_ms > 0:
             delay = min(self.config.initial_rebalance_delay_ms, remaining_ms)
             self._new_member_added = False
-            self._join_timer = asyncio.get_running_loop().call_later(
-                delay / 1000, self._on_initial_delay, max(remaining_ms - delay, 0))
+            self._join_timer = self.clock.call_later(delay, self._on_initial_delay, max(remaining_ms - delay, 0))
             return
         self._complete_join()
 
@@ -320,8 +347,7 @@ class Group:
         # Kafka's pending-sync timeout: members that never send SyncGroup are removed.
         self.pending_sync = set(self.members)
         rebalance_ms = max(m.rebalance_ms for m in self.members.values())
-        self._sync_timer = asyncio.get_running_loop().call_later(
-            rebalance_ms / 1000, self._on_sync_timeout, self.generation)
+        self._sync_timer = self.clock.call_later(rebalance_ms, self._on_sync_timeout, self.generation)
 
     def _on_sync_timeout(self, generation: int) -> None:
         if generation != self.generation or self.state not in (COMPLETING, STABLE) or not self.pending_sync:
@@ -335,7 +361,8 @@ class Group:
             self._check_join_done()
 
     # --- SyncGroup -------------------------------------------------------------------
-    def _check_member(self, member_id, instance_id, generation):
+    def check_member(self, member_id, instance_id, generation) -> int:
+        """The error a request from this member at this generation gets (0 if none)."""
         if self.state == DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if self._fenced(member_id, instance_id):
@@ -346,9 +373,11 @@ class Group:
             return E.ILLEGAL_GENERATION
         return E.NONE
 
+    _check_member = check_member  # the name the coordinator still calls
+
     async def sync(self, member_id, instance_id, generation, protocol_type, protocol_name, assignments) -> tuple:
         """(error, protocol type, protocol name, assignment)."""
-        error = self._check_member(member_id, instance_id, generation)
+        error = self.check_member(member_id, instance_id, generation)
         if error == E.NONE and ((protocol_type and protocol_type != self.protocol_type)
                                 or (protocol_name and protocol_name != self.protocol_name)):
             error = E.INCONSISTENT_GROUP_PROTOCOL
@@ -384,7 +413,7 @@ class Group:
 
     # --- Heartbeat / LeaveGroup / expiry ---------------------------------------------
     def heartbeat(self, member_id, instance_id, generation) -> int:
-        error = self._check_member(member_id, instance_id, generation)
+        error = self.check_member(member_id, instance_id, generation)
         if error != E.NONE:
             return error
         if self.state == EMPTY:
@@ -473,7 +502,7 @@ class Group:
             self._arm_expiry(m)
         self.leader = leader if leader in self.members else next(iter(self.members), None)
         self.state = STABLE if self.members else EMPTY
-        self.state_timestamp = state_timestamp if state_timestamp >= 0 else now_ms()
+        self.state_timestamp = state_timestamp if state_timestamp >= 0 else self.clock.now_ms()
 
     def describe(self) -> tuple:
         """(state, protocol type, protocol data, [(id, instance, client id, host, metadata, assignment)])."""
