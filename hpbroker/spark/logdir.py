@@ -13,6 +13,7 @@ active segment, the only one whose tail can be torn or still growing.
 Transient names (``.deleted``, ``.cleaned``, ``.swap``) are not segments.
 """
 
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -36,12 +37,23 @@ class PartitionDir:
 
 
 def log_dirs_of(path: str) -> list[str]:
-    """A comma-separated list of log directories (a broker's ``log.dirs``)."""
-    dirs = [p.strip() for p in path.split(",") if p.strip()]
-    for d in dirs:
-        if not os.path.isdir(d):
-            raise FileNotFoundError(f"hpbroker source: log directory {d!r} does not exist")
-    return dirs
+    """A comma-separated list of log directories (a broker's ``log.dirs``),
+    each of which may be a glob (``/shared/broker-*/data``: every broker of a
+    cluster on shared storage)."""
+    dirs = []
+    for entry in (p.strip() for p in path.split(",")):
+        if not entry:
+            continue
+        if glob.has_magic(entry):
+            matched = sorted(d for d in glob.glob(entry) if os.path.isdir(d))
+            if not matched:
+                raise FileNotFoundError(f"hpbroker source: no log directory matches {entry!r}")
+            dirs += matched
+        elif os.path.isdir(entry):
+            dirs.append(entry)
+        else:
+            raise FileNotFoundError(f"hpbroker source: log directory {entry!r} does not exist")
+    return list(dict.fromkeys(dirs))
 
 
 def find_partitions(log_dirs: list[str], topics: list[str] | None = None,
@@ -97,3 +109,20 @@ class Checkpoints:
         if key in self.high_watermark:
             return self.high_watermark[key]
         return self.recovery_point.get(key)
+
+
+def choose_replicas(found: list[PartitionDir], checkpoints_of: dict) -> list[PartitionDir]:
+    """One directory per partition.  The log dirs of several brokers hold a
+    replica each of a replicated partition; all agree below their high
+    watermarks, so the one with the highest checkpointed high watermark gives
+    the most (and is read no further than it).  Ties go to the first dir
+    named."""
+    order = {d: i for i, d in enumerate(checkpoints_of)}
+    best: dict[tuple[str, int], tuple[int, int, PartitionDir]] = {}
+    for pdir in found:
+        ck = checkpoints_of.get(pdir.log_dir)
+        limit = ck.read_limit(pdir.key) if ck is not None else None
+        rank = (-1 if limit is None else limit, -order.get(pdir.log_dir, 0))
+        if pdir.key not in best or rank > best[pdir.key][:2]:
+            best[pdir.key] = (*rank, pdir)
+    return sorted((entry[2] for entry in best.values()), key=lambda p: p.key)

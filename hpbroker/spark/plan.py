@@ -60,22 +60,24 @@ class PartitionInfo:
         return self.pdir.key
 
 
-def partitions_of(opts: Options) -> list[logdir.PartitionDir]:
+def partitions_of(opts: Options, ckpts: dict) -> list[logdir.PartitionDir]:
+    """The selected partitions, each from one log dir (see ``logdir.choose_replicas``)."""
     if opts.assign is not None:
         wanted = {(t, p) for t, ps in opts.assign.items() for p in ps}
         found = [p for p in logdir.find_partitions(list(opts.log_dirs), topics=list(opts.assign)) if p.key in wanted]
         missing = wanted - {p.key for p in found}
         if missing:
             raise FileNotFoundError(f"hpbroker source: no directory for assigned partitions {sorted(missing)}")
-        return found
-    return logdir.find_partitions(list(opts.log_dirs), list(opts.topics) if opts.topics else None, opts.pattern)
+    else:
+        found = logdir.find_partitions(list(opts.log_dirs), list(opts.topics) if opts.topics else None, opts.pattern)
+    return logdir.choose_replicas(found, ckpts)
 
 
 def describe(opts: Options, *, with_latest: bool = True) -> dict:
     """``{(topic, partition): PartitionInfo}`` of every partition the options select."""
     ckpts = {d: logdir.Checkpoints.read(d) if opts.use_checkpoints else None for d in opts.log_dirs}
     out = {}
-    for pdir in partitions_of(opts):
+    for pdir in partitions_of(opts, ckpts):
         bases = logdir.segment_bases(pdir.path)
         ck = ckpts[pdir.log_dir]
         earliest = bases[0] if bases else 0

@@ -115,6 +115,27 @@ def test_checkpoints_bound_the_read(log_dir):
     assert [r["offset"] for r in rows] == list(range(50))
 
 
+def test_replicas_in_several_brokers_dirs_are_read_once_from_the_most_advanced(tmp_path):
+    """A cluster's brokers each hold a replica in their own log dir; a glob
+    names them all, and each partition is read from the replica with the
+    highest high watermark, up to it and no further."""
+    lagging, ahead = tmp_path / "broker-1" / "data", tmp_path / "broker-2" / "data"
+    for log_dir, written, high_watermark in ((lagging, 3, 20), (ahead, 5, 40)):
+        w = PartitionWriter(str(log_dir), "events", 0)
+        for _ in range(written):
+            w.append_values(10)
+        write_checkpoint(str(log_dir), HIGH_WATERMARK, {("events", 0): high_watermark})
+    only_one = tmp_path / "broker-3" / "data"
+    PartitionWriter(str(only_one), "events", 1).append_values(7)
+    write_checkpoint(str(only_one), HIGH_WATERMARK, {("events", 1): 7})
+    rows, slices = read_all(str(tmp_path / "broker-*" / "data"))
+    assert {s.path.split(os.sep)[-3] for s in slices if s.partition == 0} == {"broker-2"}
+    assert [r["offset"] for r in rows if r["partition"] == 0] == list(range(40))
+    assert [r["offset"] for r in rows if r["partition"] == 1] == list(range(7))
+    with pytest.raises(FileNotFoundError, match="no log directory matches"):
+        read_all(str(tmp_path / "nothing-*"))
+
+
 def test_offset_ranges_and_splits(log_dir):
     w = PartitionWriter(log_dir, "events", 0)
     for _ in range(6):
