@@ -1,0 +1,232 @@
+"""KafkaConnection (``hpbroker/workers/connection.py``) reading frames off a
+real TCP socket: requests split over many reads, pipelined requests answered
+in order, and the frames it refuses (too large, negative, empty, a truncated
+header) closing the connection with one log line; end of file mid-frame.
+
+The connection runs with a two-field fake context and a one-entry handler
+table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
+answered with the correlation id, so the client sees which request an answer
+belongs to.  The splitter itself is tested in test_protocol_framing.py.
+Nothing sleeps: tests wait on events and reads, each under a timeout."""
+
+import asyncio
+import logging
+import struct
+
+import pytest
+
+from hpbroker.protocol.framing import frame
+from hpbroker.protocol.schemas import API_VERSIONS
+from hpbroker.workers.connection import KafkaConnection
+
+TIMEOUT_S = 5
+LIMIT = 1000  # socket.request.max.bytes of these connections
+
+
+class Context:
+    """What a connection needs of the worker's context: its configuration and
+    byte counters; ``received(n)`` waits until ``n`` bytes have come in."""
+
+    def __init__(self):
+        self.config = {"socket.request.max.bytes": LIMIT}
+        self.bytes_out = 0
+        self._bytes_in = 0
+        self._arrived = asyncio.Event()
+
+    @property
+    def bytes_in(self) -> int:
+        return self._bytes_in
+
+    @bytes_in.setter
+    def bytes_in(self, value: int) -> None:
+        self._bytes_in = value
+        self._arrived.set()
+
+    async def received(self, total: int) -> None:
+        while self._bytes_in < total:
+            self._arrived.clear()
+            await asyncio.wait_for(self._arrived.wait(), TIMEOUT_S)
+
+
+class Handler:
+    """ApiVersions answered with ``correlation id + b"ok"``; a test may hold a
+    correlation id's answer back with a gate."""
+
+    def __init__(self):
+        self.handled: list[int] = []
+        self.gates: dict[int, asyncio.Event] = {}
+        self.busy = 0  # requests inside the handler at once: the connection serves one at a time
+        self.most_busy = 0
+
+    async def __call__(self, ctx, header, request):
+        self.busy += 1
+        self.most_busy = max(self.most_busy, self.busy)
+        try:
+            gate = self.gates.get(header.correlation_id)
+            if gate is not None:
+                await gate.wait()
+            self.handled.append(header.correlation_id)
+            return [frame(struct.pack(">i", header.correlation_id) + b"ok")]
+        finally:
+            self.busy -= 1
+
+
+def request(correlation_id: int, client_id: bytes = b"test") -> bytes:
+    """An ApiVersions v0 request frame (request header v1, no body)."""
+    return frame(struct.pack(">hhih", API_VERSIONS, 0, correlation_id, len(client_id)) + client_id)
+
+
+def answer(correlation_id: int) -> bytes:
+    return frame(struct.pack(">i", correlation_id) + b"ok")
+
+
+class Served:
+    """One KafkaConnection behind a loopback listener, and a client of it."""
+
+    def __init__(self):
+        self.ctx = Context()
+        self.handler = Handler()
+        self.closed = asyncio.Event()
+        self.connection: KafkaConnection | None = None
+
+    def _connection(self) -> KafkaConnection:
+        self.connection = KafkaConnection(self.ctx, {API_VERSIONS: self.handler}, lambda c: self.closed.set())
+        return self.connection
+
+    async def __aenter__(self):
+        self.server = await asyncio.get_running_loop().create_server(self._connection, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
+        return self
+
+    async def __aexit__(self, *exc):
+        self.writer.close()
+        self.server.close()
+        await asyncio.wait_for(self.closed.wait(), TIMEOUT_S)
+        if self.connection.task is not None:
+            await asyncio.wait_for(self.connection.task, TIMEOUT_S)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read(self, size: int) -> bytes:
+        return await asyncio.wait_for(self.reader.readexactly(size), TIMEOUT_S)
+
+    async def read_to_the_end(self) -> bytes:
+        """What arrives before the server closes (a reset counts as the end)."""
+        try:
+            return await asyncio.wait_for(self.reader.read(), TIMEOUT_S)
+        except ConnectionResetError:
+            return b""
+
+
+def assert_one_line(caplog, why: str) -> None:
+    """The connection was closed with one warning naming the client and the reason."""
+    [line] = [r.getMessage() for r in caplog.records if r.name == "hpbroker.workers.connection"]
+    assert line.startswith("closing connection from 127.0.0.1:") and line.endswith(f": {why}"), line
+
+
+def run(scenario):
+    async def main():
+        async with Served() as served:
+            await scenario(served)
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_request_split_into_single_bytes_is_reassembled():
+    async def scenario(s):
+        data = request(7, b"x" * 40)
+        for i in range(len(data) - 1):
+            await s.send(data[i:i + 1])
+            await s.ctx.received(i + 1)  # the connection has read this byte on its own
+        assert s.handler.handled == []
+        await s.send(data[-1:])
+        assert await s.read(len(answer(7))) == answer(7)
+        assert s.handler.handled == [7] and s.ctx.bytes_in == len(data)
+        assert s.ctx.bytes_out == len(answer(7))
+    run(scenario)
+
+
+def test_requests_cut_anywhere_across_writes_are_each_answered_once():
+    async def scenario(s):
+        stream = b"".join(request(i, b"c" * i) for i in range(1, 6))
+        cuts = [0, 3, 4, 17, 18, 19, 40, 41, len(stream)]  # inside sizes, headers and across frames
+        for start, end in zip(cuts, cuts[1:]):
+            await s.send(stream[start:end])
+            await s.ctx.received(end)
+        assert await s.read(5 * len(answer(0))) == b"".join(answer(i) for i in range(1, 6))
+        assert s.handler.handled == [1, 2, 3, 4, 5]
+    run(scenario)
+
+
+def test_pipelined_requests_in_one_write_are_answered_in_order_one_at_a_time():
+    async def scenario(s):
+        s.handler.gates[1] = gate = asyncio.Event()
+        await s.send(request(1) + request(2) + request(3))
+        await s.ctx.received(3 * len(request(0)))
+        assert s.handler.handled == []  # 1 holds the line; 2 and 3 wait behind it
+        gate.set()
+        assert await s.read(3 * len(answer(0))) == answer(1) + answer(2) + answer(3)
+        assert s.handler.handled == [1, 2, 3] and s.handler.most_busy == 1
+    run(scenario)
+
+
+@pytest.mark.parametrize("size, logged", [
+    (LIMIT + 1, f"request of {LIMIT + 1} bytes exceeds socket.request.max.bytes={LIMIT}"),
+    (0x7FFFFFFF, f"request of {0x7FFFFFFF} bytes exceeds socket.request.max.bytes={LIMIT}"),
+    (-1, f"request of -1 bytes exceeds socket.request.max.bytes={LIMIT}"),
+])
+def test_a_size_out_of_range_closes_the_connection_from_its_prefix(size, logged, caplog):
+    async def scenario(s):
+        await s.send(request(1))
+        assert await s.read(len(answer(1))) == answer(1)
+        await s.send(struct.pack(">i", size) + request(2))
+        assert await s.read_to_the_end() == b""
+        await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+        assert s.connection.dropped and s.handler.handled == [1]
+    with caplog.at_level(logging.WARNING, logger="hpbroker.workers.connection"):
+        run(scenario)
+    assert_one_line(caplog, logged)
+
+
+def test_a_frame_at_the_size_limit_is_read():
+    async def scenario(s):
+        client_id = b"c" * (LIMIT - 10)  # prefix 8 + length 2 + id: exactly LIMIT bytes
+        data = request(9, client_id)
+        assert len(data) == 4 + LIMIT
+        await s.send(data)
+        assert await s.read(len(answer(9))) == answer(9)
+    run(scenario)
+
+
+@pytest.mark.parametrize("body, logged", [
+    (b"", "malformed request: request of 0 bytes is shorter than a header"),
+    (struct.pack(">hhi", API_VERSIONS, 0, 5)[:7], "malformed request: request of 7 bytes is shorter than a header"),
+    # 31 bytes whose client id claims 100
+    (struct.pack(">hhih", API_VERSIONS, 0, 5, 100) + b"x" * 21, "malformed request: request header truncated in client_id"),
+])
+def test_an_empty_or_short_frame_closes_the_connection(body, logged, caplog):
+    async def scenario(s):
+        await s.send(request(1) + frame(body) + request(2))
+        # the request before the bad one is answered; the one after it never is
+        assert await s.read_to_the_end() == answer(1)
+        await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+        assert s.handler.handled == [1] and s.connection.dropped
+    with caplog.at_level(logging.WARNING, logger="hpbroker.workers.connection"):
+        run(scenario)
+    assert_one_line(caplog, logged)
+
+
+def test_end_of_file_mid_frame_answers_what_was_whole_and_closes():
+    async def scenario(s):
+        s.handler.gates[1] = gate = asyncio.Event()
+        second = request(2)
+        await s.send(request(1) + second[:len(second) // 2])
+        s.writer.write_eof()  # the client goes away mid-frame
+        await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+        gate.set()  # a request already received is still handled (an acks=0 produce appends)
+        await asyncio.wait_for(s.connection.task, TIMEOUT_S)
+        assert s.handler.handled == [1] and not s.connection.dropped
+        assert s.connection.splitter.buffered == len(second) // 2  # the half frame is never a request
+    run(scenario)
