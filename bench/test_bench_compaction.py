@@ -18,7 +18,7 @@ import time
 import pytest
 
 from hpbroker.records import Record, encode_batch
-from hpbroker.storage import Log, LogConfig
+from hpbroker.storage import Log, LogConfig, cleaner
 
 RECORDS = 200_000
 PER_BATCH = 100
@@ -50,7 +50,7 @@ def _one_pass(root, source):
     shutil.copytree(source, target)
     log = Log.open(target, "bench", 0, CONFIG, clean_shutdown=True, recovery_point=RECORDS)
     start = time.perf_counter()
-    result = log.clean(1_800_000_000_000)
+    result = cleaner.clean_log(log, 1_800_000_000_000)
     elapsed = time.perf_counter() - start
     log.close()
     shutil.rmtree(os.path.dirname(target))

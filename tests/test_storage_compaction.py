@@ -1,5 +1,5 @@
-"""Log compaction (``hpbroker.storage.cleaner``): a keyed log checked record by
-record against a model, delete horizons, empty producer batches, crashes in
+"""Log compaction (``hpbroker.storage.cleaner`` and the modules it uses): a
+keyed log checked record by record against a model, delete horizons, empty producer batches, crashes in
 the middle of a swap, the cleaner checkpoint, and a pass beside appends."""
 
 import os
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.records import Record, encode_batch
 from hpbroker.storage import InvalidRecordError, Log, LogConfig, LogManager, filenames
-from hpbroker.storage import checkpoints
+from hpbroker.storage import checkpoints, cleaner, cleaner_plan
 from hpbroker.storage.config import ConfigError
 from hpbroker.storage.segment import LogSegment
 from tests.log_helpers import batches_in
@@ -124,7 +124,7 @@ def test_compaction_matches_a_dict_model(tmp_path_factory, batches, segment_byte
     before = read_records(log)
     assert before == history
 
-    result = log.clean(T0)
+    result = cleaner.clean_log(log, T0)
     assert not result.aborted
     assert result.end_offset == (end if len(log.segments) > 1 else -1)
     after = read_records(log)
@@ -144,7 +144,7 @@ def test_compaction_matches_a_dict_model(tmp_path_factory, batches, segment_byte
             assert all(batch.header.base_offset <= r.offset <= batch.header.last_offset for r in batch.records)
 
     # A pass past every horizon removes the tombstones; a reopen sees the same log.
-    result = log.clean(T0 + 2 * DAY)
+    result = cleaner.clean_log(log, T0 + 2 * DAY)
     final = expected_after_clean(history, end, horizon_passed=True)
     assert read_records(log) == final
     check_indexes(log)
@@ -163,7 +163,7 @@ def test_tombstones_survive_until_the_delete_horizon(tmp_path):
     log.roll()
     log.append(keyed([(b"z", b"active")]))
 
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     assert read_records(log) == [(1, b"b", b"1"), (2, b"a", None), (3, b"z", b"active")]
     tomb_batch = [b for b in read_batches(log) if any(r.value is None for r in b.records)][0]
     # KIP-534: bit 6 set and the horizon in baseTimestamp; the record's own timestamp kept.
@@ -172,11 +172,11 @@ def test_tombstones_survive_until_the_delete_horizon(tmp_path):
     assert tomb_batch.records[0].timestamp == T0
     assert log.latest_delete_horizon == T0 + 1000
 
-    log.clean(T0 + 999)  # before the horizon: still there
+    cleaner.clean_log(log, T0 + 999)  # before the horizon: still there
     assert (2, b"a", None) in read_records(log)
-    plan = log.cleanable(T0 + 1000)
+    plan = cleaner_plan.plan(log, T0 + 1000)
     assert plan.delete_horizon_passed and plan.worth_cleaning(0.5)
-    log.clean(T0 + 1000)
+    cleaner.clean_log(log, T0 + 1000)
     assert read_records(log) == [(1, b"b", b"1"), (3, b"z", b"active")]
     assert log.latest_delete_horizon == -1
     log.close()
@@ -192,10 +192,10 @@ def test_control_batches_live_as_long_as_tombstones(tmp_path):
                origin=ORIGIN_COORDINATOR)
     log.append(keyed([(b"b", b"2")]))
     log.roll()
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     control = [b for b in read_batches(log) if b.header.is_control]
     assert len(control) == 1 and control[0].header.has_delete_horizon
-    log.clean(T0 + 1000)
+    cleaner.clean_log(log, T0 + 1000)
     assert not [b for b in read_batches(log) if b.header.is_control]
     assert read_records(log) == [(0, b"a", b"1"), (2, b"b", b"2")]
     log.close()
@@ -210,7 +210,7 @@ def test_an_idempotent_batch_that_loses_all_records_stays_as_an_empty_batch(tmp_
     log.append(keyed([(b"k", b"plain")]))  # no producer id: may vanish
     log.append(keyed([(b"other", b"last")]))
     log.roll()
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     batches = read_batches(log)
     empty = [b for b in batches if b.header.record_count == 0]
     assert [(b.header.base_offset, b.header.last_offset, b.header.base_sequence) for b in empty] == [(0, 1, 0), (2, 3, 2), (4, 5, 4)]
@@ -234,7 +234,7 @@ def test_partial_batches_keep_their_header_and_codec(tmp_path):
                      producer_epoch=1, base_sequence=0))
     log.append(keyed([(b"b", b"2")]))
     log.roll()
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     first = read_batches(log)[0]
     h = first.header
     assert (h.base_offset, h.last_offset, h.record_count, h.compression) == (0, 2, 2, layout.CODEC_ZSTD)
@@ -265,10 +265,10 @@ def test_the_active_segment_and_the_compaction_lag_are_left_alone(tmp_path):
     log.append(keyed([(b"a", b"4")], ts=T0 + 60_000))
     log.roll()
     log.append(keyed([(b"a", b"5")], ts=T0 + 60_000))
-    result = log.clean(T0 + 65_000)  # the second segment is younger than the lag
+    result = cleaner.clean_log(log, T0 + 65_000)  # the second segment is younger than the lag
     assert result.end_offset == 2
     assert read_records(log) == [(1, b"a", b"2"), (2, b"a", b"3"), (3, b"a", b"4"), (4, b"a", b"5")]
-    log.clean(T0 + 80_000)
+    cleaner.clean_log(log, T0 + 80_000)
     assert read_records(log) == [(3, b"a", b"4"), (4, b"a", b"5")]
     log.close()
 
@@ -278,14 +278,14 @@ def test_dirty_ratio_and_max_compaction_lag_decide_eligibility(tmp_path):
     for i in range(20):
         log.append(keyed([(b"k%d" % i, b"v" * 50)], ts=T0))
     log.roll()
-    assert log.cleanable(T0).dirty_ratio == 1.0
-    log.clean(T0)
+    assert cleaner_plan.plan(log, T0).dirty_ratio == 1.0
+    cleaner.clean_log(log, T0)
     log.append(keyed([(b"k0", b"new")], ts=T0))
     log.roll()
-    plan = log.cleanable(T0)
+    plan = cleaner_plan.plan(log, T0)
     assert 0 < plan.dirty_ratio < 0.5 and not plan.worth_cleaning(0.5)
     assert plan.worth_cleaning(0.01)
-    late = log.cleanable(T0 + DAY + 1)
+    late = cleaner_plan.plan(log, T0 + DAY + 1)
     assert late.max_lag_exceeded and late.worth_cleaning(0.5)
     log.close()
 
@@ -298,7 +298,7 @@ def test_compact_delete_applies_both(tmp_path):
     log.append(keyed([(b"b", b"1")], ts=T0 + 5000))
     log.roll()
     log.append(keyed([(b"c", b"1")], ts=T0 + 5000))
-    log.clean(T0 + 5000)
+    cleaner.clean_log(log, T0 + 5000)
     assert read_records(log) == [(1, b"a", b"2"), (2, b"b", b"1"), (3, b"c", b"1")]
     assert [s.base_offset for s in log.segments] == [0, 3]  # both cleaned into one
     assert log.delete_old_segments(T0 + 5500) == 0
@@ -360,14 +360,14 @@ def test_a_crash_in_the_middle_leaves_the_before_or_the_after_state(tmp_path, mo
     twin = _crash_fixture(tmp_path / "twin" / "c-0", segment_bytes)
     assert len(twin.segments) == (3 if segment_bytes == 400 else 2)
     before = read_records(twin)
-    twin.clean(T0)
+    cleaner.clean_log(twin, T0)
     twin.close()
     after = _state(tmp_path / "twin" / "c-0")
     assert after[0] != before
 
     log = _crash_fixture(tmp_path / "main" / "c-0", segment_bytes)
     real_change_suffix = LogSegment.change_suffix
-    real_replace = Log._replace_segments
+    real_replace = Log.replace_segments
     swaps = []
 
     def change_suffix(self, suffix):
@@ -384,9 +384,9 @@ def test_a_crash_in_the_middle_leaves_the_before_or_the_after_state(tmp_path, mo
         return real_replace(self, old, new)
 
     monkeypatch.setattr(LogSegment, "change_suffix", change_suffix)
-    monkeypatch.setattr(Log, "_replace_segments", replace)
+    monkeypatch.setattr(Log, "replace_segments", replace)
     with pytest.raises(Crash):
-        log.clean(T0)
+        cleaner.clean_log(log, T0)
     monkeypatch.undo()
     names = os.listdir(log.directory)
     expected_suffix = {"cleaned": filenames.CLEANED_SUFFIX, "swap": filenames.SWAP_SUFFIX,
@@ -404,7 +404,7 @@ def test_a_crash_in_the_middle_leaves_the_before_or_the_after_state(tmp_path, mo
     assert not [n for n in os.listdir(copy) if n.endswith(filenames.TRANSIENT_SUFFIXES)]
     # A pass after recovery finishes the job.
     reopened = open_log(copy)
-    reopened.clean(T0)
+    cleaner.clean_log(reopened, T0)
     assert read_records(reopened) == after[0]
     check_indexes(reopened)
     reopened.close()
@@ -414,17 +414,17 @@ def test_a_crash_in_the_middle_of_a_multi_segment_group(tmp_path, monkeypatch):
     """A second pass merges small cleaned segments into one: a crash with its
     ``.swap`` beside all of them must replace exactly those."""
     log = _crash_fixture(tmp_path / "c-0")
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     for key in (b"x", b"y"):
         log.append(keyed([(key, b"1")]))
         log.roll()
-    log.clean(T0)  # the segments now fit one group
+    cleaner.clean_log(log, T0)  # the segments now fit one group
     before = read_records(log)
-    monkeypatch.setattr(Log, "_replace_segments", lambda self, old, new: (_ for _ in ()).throw(Crash()))
+    monkeypatch.setattr(Log, "replace_segments", lambda self, old, new: (_ for _ in ()).throw(Crash()))
     log.append(keyed([(b"x", b"2")]))
     log.roll()
     with pytest.raises(Crash):
-        log.clean(T0)
+        cleaner.clean_log(log, T0)
     monkeypatch.undo()
     records, bases = _state(_crashed_copy(log, tmp_path, "crashed-c-0"))
     expected = [r for r in before if r[1] != b"x"] + [(log.log_end_offset - 1, b"x", b"2")]
@@ -461,7 +461,7 @@ def test_the_cleaner_checkpoint_is_written_and_used(tmp_path):
     assert log.cleaner_checkpoint == 30
     log.append(keyed([(b"k0", b"new")]))
     log.roll()
-    result = log.clean(T0)
+    result = cleaner.clean_log(log, T0)
     assert result.first_dirty_offset == 30 and result.end_offset == 31
     assert read_records(log) == [(28, b"k1", b"v28"), (29, b"k2", b"v29"), (30, b"k0", b"new")]
     manager.close()
@@ -476,7 +476,7 @@ def test_cleaning_in_another_thread_loses_no_appends(tmp_path):
     def clean_loop():
         try:
             while not stop.is_set():
-                passes.append(log.clean(T0))
+                passes.append(cleaner.clean_log(log, T0))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -495,7 +495,7 @@ def test_cleaning_in_another_thread_loses_no_appends(tmp_path):
         thread.join()
     assert not errors
     assert sum(p.groups_swapped for p in passes) > 0
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     records = read_records(log)
     assert {k: (o, v) for o, k, v in records} == model
     active_base = log.active_segment.base_offset
@@ -524,7 +524,7 @@ def test_the_manager_runs_a_cleaner_thread(tmp_path):
 
 def test_the_batch_scan_accepts_cleaned_segments(tmp_path):
     log = _crash_fixture(tmp_path / "c-0")
-    log.clean(T0)
+    cleaner.clean_log(log, T0)
     for segment in log.segments:
         scan = scan_batches(segment.view())
         assert scan.crc_ok.all() and scan.valid_end == segment.size

@@ -28,6 +28,7 @@ end and the batches after it are replayed.
 """
 
 import bisect
+import contextlib
 import logging
 import mmap
 import os
@@ -40,21 +41,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpbroker.kernels import scan_batches
-from hpbroker.kernels.batch_scan import STOP_END
-from hpbroker.kernels.layout import CONTROL_BIT
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
-from hpbroker.storage import checkpoints, cleaner, filenames
+from hpbroker.storage import append_validation, checkpoints, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
     InvalidProducerEpochError,
-    InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
-    RecordTooLargeError,
-    UnsupportedFormatError,
 )
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
@@ -327,12 +323,9 @@ class Log:
             raise ValueError(f"unknown append origin {origin!r}")
         buf = records if _writable(records) else bytearray(records)
         scan = scan_batches(np.frombuffer(buf, np.uint8))
-        idempotent = self._validate(scan, len(buf), origin)
+        idempotent = append_validation.validate(scan, len(buf), self.config, self._name, from_client=origin == ORIGIN_CLIENT)
         if self.config.compact:
-            try:
-                cleaner.check_keys(buf, scan)
-            except InvalidRecordError as exc:
-                raise InvalidRecordError(f"{self._name}: {exc}") from None
+            append_validation.check_keys(buf, scan, self._name)
         checked = self.producer_state.check_batches(scan) if idempotent else _OK
         if checked.verdict is not Verdict.OK:
             if checked.verdict is Verdict.DUPLICATE:
@@ -382,38 +375,6 @@ class Log:
             size=len(buf),
         )
 
-    def _validate(self, scan, size: int, origin: str = ORIGIN_CLIENT) -> bool:
-        """Raise for a request that may not be appended; return whether any
-        batch carries a producer id (needs the producer-state check)."""
-        if scan.stop != STOP_END or len(scan.position) == 0:
-            raise CorruptBatchError(
-                f"{self._name}: rejected append: batch at byte {scan.valid_end} of {size} is invalid (scan stop code {scan.stop})"
-            )
-        if (scan.magic != 2).any():
-            raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be appended")
-        self._check_sizes(scan, size)
-        if ((scan.last_offset - scan.base_offset + 1) != scan.record_count).any() or (scan.record_count < 1).any():
-            raise InvalidRecordError(f"{self._name}: a batch's record count does not match its last offset delta")
-        # Python lists, not numpy reductions: a request holds a batch or a few,
-        # and this keeps the check nearly free for producers without an id.
-        producer_ids = scan.producer_id.tolist()
-        idempotent = max(producer_ids) >= 0
-        if origin == ORIGIN_CLIENT:  # as Kafka's LogValidator: markers carry a producer id but no sequence
-            if any(attributes & CONTROL_BIT for attributes in scan.attributes.tolist()):
-                raise InvalidRecordError(f"{self._name}: clients may not append control batches")
-            if idempotent and any(p >= 0 and s < 0 for p, s in zip(producer_ids, scan.base_sequence.tolist())):
-                raise InvalidRecordError(f"{self._name}: a batch with a producer id has no base sequence")
-        return idempotent
-
-    def _check_sizes(self, scan, size: int) -> None:
-        too_large = np.flatnonzero(scan.size > self.config.max_message_bytes)
-        if len(too_large):
-            raise RecordTooLargeError(
-                f"{self._name}: batch of {int(scan.size[too_large[0]])} bytes exceeds max.message.bytes={self.config.max_message_bytes}"
-            )
-        if size > self.config.segment_bytes:
-            raise RecordTooLargeError(f"{self._name}: {size} bytes exceed segment.bytes={self.config.segment_bytes}")
-
     def _recompress(self, buf, scan):
         """The batches in the topic's ``compression.type`` codec, and their new
         scan; the same buffer and scan when every batch already is (Kafka
@@ -427,7 +388,7 @@ class Log:
         if converted is None:
             return buf, scan
         scan = scan_batches(np.frombuffer(converted, np.uint8), verify_crc=False)  # the CRCs were just computed
-        self._check_sizes(scan, len(converted))
+        append_validation.check_sizes(scan, len(converted), self.config, self._name)
         return converted, scan
 
     def _should_roll(self, incoming_bytes: int, incoming_max_ts: int, last_offset: int, batches: int) -> bool:
@@ -600,7 +561,7 @@ class Log:
         def expired(segment: LogSegment, freed: int) -> bool:
             if segment.next_offset <= self.log_start_offset:
                 return True
-            if retention_ms >= 0 and now - _largest_timestamp(segment) > retention_ms:
+            if retention_ms >= 0 and now - largest_timestamp(segment) > retention_ms:
                 return True
             return excess - freed >= segment.size > 0
 
@@ -628,22 +589,22 @@ class Log:
         return len(doomed)
 
     # --- compaction ----------------------------------------------------------
-    def cleanable(self, now: int | None = None) -> "cleaner.CleanablePlan | None":
-        """What a cleaning pass would cover (None: not compacted or nothing below
-        the active segment); its ``worth_cleaning`` applies the dirty ratio."""
-        return cleaner.plan(self, now_ms() if now is None else now)
+    # What the cleaner (``cleaner.py``) needs of a log.  A pass reads only
+    # inactive segments, which never change, and takes the log's lock only to
+    # swap a cleaned segment in: appends never wait for it except when they roll.
 
-    def clean(self, now_ms: int, *, max_bytes: int | None = None) -> "cleaner.CleanResult":
-        """Compact what is cleanable now (see ``cleaner.py``), whatever the dirty
-        ratio; ``max_bytes`` bounds the dirty bytes indexed by this pass.
+    @contextlib.contextmanager
+    def cleaning(self):
+        """One cleaning pass at a time: yields whether this caller has the turn
+        (it never waits for it); the turn ends with the ``with`` block."""
+        acquired = self._clean_lock.acquire(blocking=False)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                self._clean_lock.release()
 
-        Threading: safe to call from a thread other than the appending one.
-        The pass reads only inactive segments, which never change, and takes
-        the log's lock only to swap a cleaned segment in; appends never wait
-        for it except when they roll.  Stop cleaning before ``close()``."""
-        return cleaner.clean_log(self, now_ms, max_bytes)
-
-    def _replace_segments(self, old: list, new: LogSegment) -> bool:
+    def replace_segments(self, old: list, new: LogSegment) -> bool:
         """Swap ``new`` (its files named ``.swap``) in for the consecutive
         segments ``old``: list first, then the old files become ``.deleted``,
         then the new ones take their plain names.  False (nothing changed) when
@@ -663,7 +624,9 @@ class Log:
         log.info("%s: cleaned segments %s into %d", self._name, [s.base_offset for s in old], new.base_offset)
         return True
 
-    def _cleaned(self, end_offset: int, latest_delete_horizon: int) -> None:
+    def mark_cleaned(self, end_offset: int, latest_delete_horizon: int) -> None:
+        """A pass compacted everything below ``end_offset`` (the new cleaner
+        checkpoint) and kept tombstones up to ``latest_delete_horizon``."""
         self.cleaner_checkpoint = end_offset
         self.latest_delete_horizon = latest_delete_horizon
 
@@ -755,7 +718,7 @@ class Log:
         shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _largest_timestamp(segment: LogSegment) -> int:
+def largest_timestamp(segment: LogSegment) -> int:
     """A segment's largest record timestamp; its file's mtime when no record
     carries one (as Kafka falls back to)."""
     if segment.max_timestamp >= 0:

@@ -28,7 +28,7 @@ import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from hpbroker.storage import checkpoints, cleaner, filenames
+from hpbroker.storage import checkpoints, cleaner, cleaner_plan, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import StorageError
 from hpbroker.storage.log import Log, now_ms
@@ -222,14 +222,14 @@ class LogManager:
             )
 
     # --- compaction -------------------------------------------------------------------
-    def cleanable_logs(self, now: int | None = None) -> list[tuple[tuple[str, int], Log, cleaner.CleanablePlan]]:
+    def cleanable_logs(self, now: int | None = None) -> list[tuple[tuple[str, int], Log, cleaner_plan.CleanablePlan]]:
         """The compacted logs worth cleaning now, filthiest first."""
         now = now_ms() if now is None else now
         found = []
         for key, partition_log in list(self._logs.items()):
             if key in self._uncleanable:
                 continue
-            plan = partition_log.cleanable(now)
+            plan = cleaner_plan.plan(partition_log, now)
             if plan is not None and plan.worth_cleaning(partition_log.config.min_cleanable_dirty_ratio):
                 found.append((key, partition_log, plan))
         found.sort(key=lambda item: item[2].dirty_ratio, reverse=True)
@@ -243,7 +243,7 @@ class LogManager:
         results = {}
         for key, partition_log, _ in self.cleanable_logs(now):
             try:
-                results[key] = partition_log.clean(now, max_bytes=max_bytes)
+                results[key] = cleaner.clean_log(partition_log, now, max_bytes)
             except (StorageError, OSError) as exc:
                 log.error("%s-%d: compaction failed, marking the partition uncleanable: %s", *key, exc)
                 self._uncleanable.add(key)
