@@ -15,6 +15,7 @@ from hpbroker.kernels import layout, scan_batches
 from hpbroker.records import Record, encode_batch
 from hpbroker.storage import InvalidRecordError, Log, LogConfig, LogManager, filenames
 from hpbroker.storage import checkpoints, cleaner, cleaner_plan
+from hpbroker.storage.batch_filter import BatchFacts, Verdict, verdict
 from hpbroker.storage.config import ConfigError
 from hpbroker.storage.segment import LogSegment
 from tests.log_helpers import batches_in
@@ -529,3 +530,41 @@ def test_the_batch_scan_accepts_cleaned_segments(tmp_path):
         scan = scan_batches(segment.view())
         assert scan.crc_ok.all() and scan.valid_end == segment.size
     log.close()
+
+
+def test_one_pass_at_a_time(tmp_path):
+    log = _crash_fixture(tmp_path / "c-0")
+    with log.cleaning() as acquired:
+        assert acquired
+        with log.cleaning() as again:
+            assert not again
+        assert cleaner.clean_log(log, T0).aborted == "busy"
+    result = cleaner.clean_log(log, T0)
+    assert not result.aborted and result.groups_swapped
+    log.close()
+
+
+def _facts(**overrides) -> BatchFacts:
+    values = dict(magic=2, is_control=False, has_delete_horizon=False, base_timestamp=T0, record_count=3,
+                  producer_id=-1, kept=3, kept_tombstones=0)
+    values.update(overrides)
+    return BatchFacts(**values)
+
+
+@pytest.mark.parametrize("facts, keep_empty, expected", [
+    (_facts(magic=1, kept=0), False, Verdict.COPY),
+    (_facts(), False, Verdict.COPY),
+    (_facts(kept_tombstones=1), False, Verdict.HORIZON),
+    (_facts(kept_tombstones=1, has_delete_horizon=True), False, Verdict.COPY),
+    (_facts(kept=2), False, Verdict.FILTER),
+    (_facts(kept=2, kept_tombstones=1), False, Verdict.HORIZON),
+    (_facts(kept=0), False, Verdict.DROP),
+    (_facts(kept=0), True, Verdict.EMPTY),
+    (_facts(kept=0, producer_id=4), False, Verdict.EMPTY),
+    (_facts(is_control=True, kept=0), False, Verdict.HORIZON),
+    (_facts(is_control=True, kept=0, has_delete_horizon=True, base_timestamp=T0 + 1), False, Verdict.COPY),
+    (_facts(is_control=True, kept=0, has_delete_horizon=True), False, Verdict.DROP),
+    (_facts(is_control=True, kept=0, has_delete_horizon=True), True, Verdict.EMPTY),
+])
+def test_batch_verdicts(facts, keep_empty, expected):
+    assert verdict(facts, T0, keep_empty) is expected
