@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpbroker.kernels import scan_batches
+from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import append_validation, checkpoints, filenames
@@ -121,6 +122,7 @@ class Log:
         self.partition = partition
         self.config = config
         self.log_start_offset = 0
+        self._high_watermark: int | None = None  # None: everything written (one replica)
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: tuple[int, ...] = ()
         self._log_end_offset = 0
@@ -279,7 +281,18 @@ class Log:
         return self._flushed_offset
 
     recovery_point = flushed_offset
-    high_watermark = written_offset  # one replica: everything written is committed
+
+    @property
+    def high_watermark(self) -> int:
+        """What consumers may read.  A lone replica's is everything written;
+        a replicated partition's is set by its leader's ISR (``replication``)."""
+        if self._high_watermark is None:
+            return self._written_offset
+        return min(self._high_watermark, self._written_offset)
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = offset
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -587,6 +600,73 @@ class Log:
                 log.info("%s: deleting segment %d (%d bytes)", self._name, segment.base_offset, segment.size)
         self.producer_state.delete_snapshots_below(remaining[0].base_offset)
         return len(doomed)
+
+    # --- replication ---------------------------------------------------------
+    # A follower's log takes the leader's batches as they are, and cuts a tail
+    # its leader does not have.
+
+    def append_as_follower(self, records) -> int:
+        """Append the leader's batches keeping their offsets, leader epochs and
+        timestamps; a batch cut off at the end of a fetch response is left for
+        the next fetch.  Returns the new log end."""
+        buf = bytearray(records)
+        scan = scan_batches(np.frombuffer(buf, np.uint8))
+        if scan.stop not in (STOP_END, STOP_TORN):
+            raise CorruptBatchError(f"{self._name}: the leader's batch at byte {scan.valid_end} is invalid "
+                                    f"(scan stop code {scan.stop})")
+        if len(scan.position) == 0:
+            return self._log_end_offset
+        del buf[scan.valid_end:]
+        if (scan.magic != 2).any():
+            raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be replicated")
+        if int(scan.base_offset[0]) != self._log_end_offset:
+            raise OffsetOutOfRangeError(int(scan.base_offset[0]), self.log_start_offset, self._log_end_offset)
+        last_offsets = scan.last_offset
+        if self._should_roll(len(buf), int(scan.max_timestamp.max()), int(last_offsets[-1]), len(last_offsets)):
+            self.roll()
+        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, scan.max_timestamp)
+        if scan.producer_id.max() >= 0:
+            self.producer_state.update_batches(scan, scan.base_offset, last_offsets, scan.max_timestamp)
+        for epoch, base in zip(scan.partition_leader_epoch.tolist(), scan.base_offset.tolist()):
+            self._note_leader_epoch(epoch, base)
+        self._log_end_offset = int(last_offsets[-1]) + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
+        self.write()
+        return self._log_end_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut everything at and after ``offset`` (a whole batch when ``offset``
+        falls inside one): what a follower does with a tail its new leader
+        never had.  Leader epochs and producer state follow the new end; a
+        cleaning pass in progress is waited for, since it may be about to swap
+        a segment that is going."""
+        self._write_staged()
+        if offset >= self._log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self._log_end_offset)
+        with self._clean_lock, self._lock:
+            kept = tuple(s for s in self._segments if s.base_offset < offset) or self._segments[:1]
+            doomed = self._segments[len(kept):]
+            due = now_ms() + self.config.file_delete_delay_ms
+            for segment in doomed:
+                segment.mark_deleted()
+                self._pending_deletes.append((due, segment))
+            self._set_segments(kept)
+            self.active_segment.truncate_to(offset)
+            end = self.active_segment.next_offset
+            log.info("%s: truncated from %d to %d", self._name, self._log_end_offset, end)
+            self._log_end_offset = self._written_offset = end
+            self._flushed_offset = min(self._flushed_offset, end)
+            self._flush_requested_to = min(self._flush_requested_to, end)
+            self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
+            if self._high_watermark is not None:
+                self._high_watermark = min(self._high_watermark, end)
+        kept_epochs = [(e, o) for e, o in self._leader_epochs if o < end]
+        if kept_epochs != self._leader_epochs:
+            self._leader_epochs = kept_epochs
+            checkpoints.write_leader_epochs(os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT), kept_epochs)
+        self._reload_producer_state(end)
 
     # --- compaction ----------------------------------------------------------
     # What the cleaner (``cleaner.py``) needs of a log.  A pass reads only
