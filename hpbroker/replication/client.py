@@ -93,6 +93,9 @@ class ClientConnection:
             future.cancel()
             self.close()  # later answers on this stream could no longer be matched
             raise ConnectionError(f"no answer within {timeout:g} s") from None
+        except asyncio.CancelledError:
+            future.cancel()  # nobody is left to take its answer or its error
+            raise
 
     async def _read_responses(self) -> None:
         error: Exception = ConnectionError("connection closed")
