@@ -45,7 +45,7 @@ def test_marker_bytes_are_kafkas():
 
 
 def test_default_timestamp_is_now(monkeypatch):
-    monkeypatch.setattr(control.time, "time", lambda: 1_234_567.891)
+    monkeypatch.setattr(control, "now_ms", lambda: 1_234_567_891)
     data = encode_control_batch(COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0)
     (record,) = decode_batch(data).records
     assert record.timestamp == 1_234_567_891

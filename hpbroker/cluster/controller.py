@@ -35,6 +35,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
+from hpbroker.clock import now_ms
 from hpbroker.cluster import election, znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.watcher import ImageWatcher
@@ -122,7 +123,7 @@ class Controller:
             self._active = False
 
     def _try_to_become_controller(self) -> None:
-        data = znodes.encode_controller(self.broker_id, int(time.time() * 1000))
+        data = znodes.encode_controller(self.broker_id, now_ms())
         try:
             self.client.create(znodes.CONTROLLER, data, ephemeral=True)
         except NodeExistsError:

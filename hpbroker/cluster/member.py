@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException, NodeExistsError
 
+from hpbroker.clock import now_ms
 from hpbroker.cluster import registration, session, znodes
 from hpbroker.cluster.controller import Controller, ControllerSettings
 from hpbroker.cluster.image import ClusterImage
@@ -75,7 +76,7 @@ class ClusterMember:
             self.broker_id = self._broker_id(stored_broker_id)
             self.registration = registration.Registration(
                 self.client, znodes.BrokerRegistration(self.broker_id, s.host, s.port, s.rack,
-                                                       timestamp_ms=int(time.time() * 1000)),
+                                                       timestamp_ms=now_ms()),
                 on_lost=self._session_ok.clear, on_registered=self._session_ok.set)
             self.registration.start()
         except ClusterJoinError:

@@ -13,9 +13,9 @@ what follows, as Kafka does.
 from __future__ import annotations
 
 import struct
-import time
 from dataclasses import dataclass
 
+from hpbroker.clock import now_ms
 from hpbroker.kernels import layout
 from hpbroker.records.batch import encode_batch
 from hpbroker.records.errors import CorruptRecordError
@@ -80,7 +80,7 @@ def encode_control_batch(kind: int, *, producer_id: int, producer_epoch: int, co
     coordinator stamps its markers.
     """
     if timestamp is None:
-        timestamp = int(time.time() * 1000)
+        timestamp = now_ms()
     record = encode_control_record(kind, coordinator_epoch, offset=base_offset, timestamp=timestamp)
     return encode_batch([record], base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
                         transactional=True, control=True, partition_leader_epoch=partition_leader_epoch)

@@ -35,11 +35,11 @@ import os
 import shutil
 import struct
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from hpbroker.clock import now_ms
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.records import CorruptRecordError, batch as batch_format
@@ -52,6 +52,7 @@ from hpbroker.storage.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    UnsupportedFormatError,
 )
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
@@ -75,8 +76,6 @@ _PRODUCER_ERRORS = {
 }
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)

@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hpbroker.clock import now_ms
 from hpbroker.protocol import errors as E
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Timer(Protocol):
