@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from hpbroker.protocol import errors as E
+from hpbroker import errors as E
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator

@@ -3,10 +3,11 @@ OffsetForLeaderEpoch answer, over a real log directory."""
 
 import pytest
 
+from hpbroker.errors import FENCED_LEADER_EPOCH, NONE, UNKNOWN_LEADER_EPOCH
 from hpbroker.kernels import layout
 from hpbroker.records import Record, encode_message_set, iter_batches
 from hpbroker.storage import LogConfig, LogManager
-from hpbroker.workers.partitions import FENCED_LEADER_EPOCH, NONE, UNKNOWN_LEADER_EPOCH, PartitionService
+from hpbroker.workers.partitions import PartitionService
 from hpbroker.workers.topics import TopicRegistry
 
 

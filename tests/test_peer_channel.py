@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from hpbroker.workers.peers import PeerClient, PeerServer, PeerUnavailable
+from hpbroker.workers.peers import PeerClient, PeerServer, PeerUnavailable, RemoteServices, UnknownRemoteMethod
 
 TIMEOUT_S = 5
 _tags = itertools.count()
@@ -29,13 +29,14 @@ def run(coro):
 
 
 class Target:
-    """What a worker's PartitionService is to the channel: methods by name,
-    plain or coroutine, some on a sub-service."""
+    """What a worker's PartitionService is to the channel: declared methods,
+    plain or coroutine."""
+
+    REMOTE_METHODS = frozenset({"add", "echo", "wait_for", "fail", "fail_later"})
 
     def __init__(self):
         self.gates: dict[str, asyncio.Event] = {}
         self.entered: dict[str, asyncio.Event] = {}
-        self.groups = Groups()
 
     def add(self, a, b):
         return a + b
@@ -57,15 +58,20 @@ class Target:
         await asyncio.sleep(0)
         raise KeyError(why)
 
+    def undeclared(self):
+        return "never called by a peer"
+
 
 class Groups:
+    REMOTE_METHODS = frozenset({"describe"})
+
     def describe(self, group_id):
         return ("Stable", group_id, [b"member"])
 
 
-async def serving(tag: str, index: int = 0, target=None) -> tuple[PeerServer, Target]:
-    target = target or Target()
-    server = PeerServer(tag, index, target)
+async def serving(tag: str, index: int = 0) -> tuple[PeerServer, Target]:
+    target = Target()
+    server = PeerServer(tag, index, RemoteServices({"target": target, "groups": Groups()}))
     await server.start()
     return server, target
 
@@ -74,14 +80,15 @@ async def entered(target: Target, name: str) -> None:
     await asyncio.wait_for(target.entered.setdefault(name, asyncio.Event()).wait(), TIMEOUT_S)
 
 
-def test_a_call_returns_the_result_of_plain_coroutine_and_dotted_methods():
+def test_a_call_returns_the_result_of_plain_and_coroutine_methods_of_each_service():
     async def scenario():
         tag = unique_tag()
         server, _ = await serving(tag, 3)
         client = PeerClient(tag)
         try:
-            assert await asyncio.wait_for(client.call(3, "add", 2, 40), TIMEOUT_S) == 42
-            assert await asyncio.wait_for(client.call(3, "echo", {"k": (1, b"v")}), TIMEOUT_S) == {"k": (1, b"v")}
+            assert await asyncio.wait_for(client.call(3, "target.add", 2, 40), TIMEOUT_S) == 42
+            assert await asyncio.wait_for(client.call(3, "target.echo", {"k": (1, b"v")}), TIMEOUT_S) == \
+                {"k": (1, b"v")}
             assert await asyncio.wait_for(client.call(3, "groups.describe", "g"), TIMEOUT_S) == \
                 ("Stable", "g", [b"member"])
         finally:
@@ -96,16 +103,17 @@ def test_concurrent_calls_complete_out_of_order_matched_by_id():
         server, target = await serving(tag)
         client = PeerClient(tag)
         try:
-            slow = asyncio.ensure_future(client.call(0, "wait_for", "slow"))
+            slow = asyncio.ensure_future(client.call(0, "target.wait_for", "slow"))
             await entered(target, "slow")
-            fast = asyncio.ensure_future(client.call(0, "wait_for", "fast"))
+            fast = asyncio.ensure_future(client.call(0, "target.wait_for", "fast"))
             await entered(target, "fast")
             target.gates["fast"].set()
             assert await asyncio.wait_for(fast, TIMEOUT_S) == "fast"
             assert not slow.done()  # the later call was answered first, on the same connection
             target.gates["slow"].set()
             assert await asyncio.wait_for(slow, TIMEOUT_S) == "slow"
-            many = await asyncio.wait_for(asyncio.gather(*(client.call(0, "echo", i) for i in range(50))), TIMEOUT_S)
+            many = await asyncio.wait_for(asyncio.gather(*(client.call(0, "target.echo", i) for i in range(50))),
+                                          TIMEOUT_S)
             assert many == list(range(50))
         finally:
             client.close()
@@ -113,26 +121,49 @@ def test_concurrent_calls_complete_out_of_order_matched_by_id():
     run(scenario())
 
 
-def test_an_exception_in_the_target_comes_back_and_the_server_keeps_serving(caplog):
+UNDECLARED = ["target.undeclared", "target.__init__", "target.gates", "target", "add", "groups.describe.__globals__",
+              "nobody.add"]
+
+
+def test_an_exception_in_the_target_or_an_undeclared_method_comes_back_and_the_server_keeps_serving(caplog):
     async def scenario():
         tag = unique_tag()
         server, _ = await serving(tag)
         client = PeerClient(tag)
         try:
             with pytest.raises(RuntimeError, match="ValueError: disk on fire"):
-                await asyncio.wait_for(client.call(0, "fail", "disk on fire"), TIMEOUT_S)
+                await asyncio.wait_for(client.call(0, "target.fail", "disk on fire"), TIMEOUT_S)
             with pytest.raises(RuntimeError, match="KeyError"):
-                await asyncio.wait_for(client.call(0, "fail_later", "gone"), TIMEOUT_S)
-            with pytest.raises(RuntimeError, match="AttributeError"):
-                await asyncio.wait_for(client.call(0, "no_such_method"), TIMEOUT_S)
-            assert await asyncio.wait_for(client.call(0, "add", 1, 1), TIMEOUT_S) == 2
+                await asyncio.wait_for(client.call(0, "target.fail_later", "gone"), TIMEOUT_S)
+            for name in UNDECLARED:  # only what a service declares is reachable, not any attribute path
+                with pytest.raises(RuntimeError, match="UnknownRemoteMethod: .* is not a remote method"):
+                    await asyncio.wait_for(client.call(0, name), TIMEOUT_S)
+            assert await asyncio.wait_for(client.call(0, "target.add", 1, 1), TIMEOUT_S) == 2
         finally:
             client.close()
             server.close()
     with caplog.at_level(logging.ERROR, logger="hpbroker.workers.peers"):
         run(scenario())
     assert [r.getMessage() for r in caplog.records] == [
-        "peer call fail failed", "peer call fail_later failed", "peer call no_such_method failed"]
+        "peer call target.fail failed", "peer call target.fail_later failed",
+        *(f"peer call refused: {name!r} is not a remote method" for name in UNDECLARED)]
+
+
+def test_services_are_looked_up_by_name_and_undeclared_methods_refused_in_process_too():
+    target, groups = Target(), Groups()
+    services = RemoteServices({"target": target, "groups": groups})
+    assert services["groups"] is groups
+    assert services.method("target.add")(1, 2) == 3
+    with pytest.raises(UnknownRemoteMethod):
+        services.method("target.undeclared")
+
+
+def test_a_declared_method_that_does_not_exist_fails_at_construction():
+    class Typo:
+        REMOTE_METHODS = frozenset({"apend"})
+
+    with pytest.raises(AttributeError, match="apend"):
+        RemoteServices({"partitions": Typo()})
 
 
 def test_a_call_to_a_worker_that_is_not_listening_is_unavailable():
@@ -142,8 +173,8 @@ def test_a_call_to_a_worker_that_is_not_listening_is_unavailable():
         client = PeerClient(tag)
         try:
             with pytest.raises(PeerUnavailable, match="worker 1 is not reachable"):
-                await asyncio.wait_for(client.call(1, "add", 1, 2), TIMEOUT_S)
-            assert await asyncio.wait_for(client.call(0, "add", 1, 2), TIMEOUT_S) == 3  # others unaffected
+                await asyncio.wait_for(client.call(1, "target.add", 1, 2), TIMEOUT_S)
+            assert await asyncio.wait_for(client.call(0, "target.add", 1, 2), TIMEOUT_S) == 3  # others unaffected
         finally:
             client.close()
             server.close()
@@ -154,9 +185,11 @@ def test_a_call_to_a_worker_that_is_not_listening_is_unavailable():
 # the tests below run the server in a child process and kill it, as happens.
 CHILD = """
 import asyncio, os, sys
-from hpbroker.workers.peers import PeerServer
+from hpbroker.workers.peers import PeerServer, RemoteServices
 
 class Target:
+    REMOTE_METHODS = frozenset({"pid", "hang"})
+
     def pid(self):
         return os.getpid()
 
@@ -165,7 +198,7 @@ class Target:
         await asyncio.Event().wait()
 
 async def main():
-    server = PeerServer(sys.argv[1], int(sys.argv[2]), Target())
+    server = PeerServer(sys.argv[1], int(sys.argv[2]), RemoteServices({"target": Target()}))
     await server.start()
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -205,13 +238,13 @@ def test_a_worker_that_dies_mid_call_fails_the_call_as_unavailable():
         child = await ChildWorker.start(tag, 2)
         client = PeerClient(tag)
         try:
-            pending = asyncio.ensure_future(client.call(2, "hang"))
+            pending = asyncio.ensure_future(client.call(2, "target.hang"))
             await child.said("hanging")  # the call is in the worker's hands
             await child.kill()
             with pytest.raises(PeerUnavailable):
                 await asyncio.wait_for(pending, TIMEOUT_S)
             with pytest.raises(PeerUnavailable, match="worker 2 is not reachable"):
-                await asyncio.wait_for(client.call(2, "pid"), TIMEOUT_S)
+                await asyncio.wait_for(client.call(2, "target.pid"), TIMEOUT_S)
         finally:
             client.close()
             if child.process.returncode is None:
@@ -226,11 +259,11 @@ def test_the_client_reconnects_to_a_restarted_worker():
         client = PeerClient(tag)
         second = None
         try:
-            assert await asyncio.wait_for(client.call(0, "pid"), TIMEOUT_S) == first.process.pid
+            assert await asyncio.wait_for(client.call(0, "target.pid"), TIMEOUT_S) == first.process.pid
             await first.kill()
             second = await ChildWorker.start(tag, 0)
             # the old channel saw its end of file while the new process started
-            assert await asyncio.wait_for(client.call(0, "pid"), TIMEOUT_S) == second.process.pid
+            assert await asyncio.wait_for(client.call(0, "target.pid"), TIMEOUT_S) == second.process.pid
         finally:
             client.close()
             for child in (first, second):
@@ -247,7 +280,7 @@ def test_a_closed_server_takes_no_new_channels():
         client = PeerClient(tag)
         try:
             with pytest.raises(PeerUnavailable, match="worker 1 is not reachable"):
-                await asyncio.wait_for(client.call(1, "add", 1, 2), TIMEOUT_S)
+                await asyncio.wait_for(client.call(1, "target.add", 1, 2), TIMEOUT_S)
         finally:
             client.close()
     run(scenario())
@@ -259,7 +292,7 @@ def test_a_closed_client_fails_its_pending_calls():
         server, target = await serving(tag)
         client = PeerClient(tag)
         try:
-            pending = asyncio.ensure_future(client.call(0, "wait_for", "never"))
+            pending = asyncio.ensure_future(client.call(0, "target.wait_for", "never"))
             await entered(target, "never")
             client.close()
             with pytest.raises(PeerUnavailable):

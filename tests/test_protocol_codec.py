@@ -11,11 +11,11 @@ from kio.serial import entity_reader, entity_writer
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import Records
 
+from hpbroker.errors import ErrorCode
 from hpbroker.protocol import (SUPPORTED_VERSIONS, FrameSplitter, MalformedRequest, RequestHeader,
                                UnsupportedApiKey, UnsupportedVersion, api_versions_response,
                                decode_request, encode_response, request_type, response_type,
                                unsupported_api_versions_response)
-from hpbroker.protocol.errors import ErrorCode
 from hpbroker.protocol.schemas import request_header_version, response_header_version
 
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))

@@ -16,9 +16,9 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.old import produce as old_produce
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from hpbroker.errors import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION
 from hpbroker.protocol import (SUPPORTED_VERSIONS, FrameSplitter, api_versions_response, decode_request,
                                encode_response, response_type, unsupported_api_versions_response)
-from hpbroker.protocol.errors import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION
 
 TOPIC_ID = uuid.UUID("6c1a0d4e-2f43-4a63-9d0b-0d5f3b1e2a77")
 BATCH = bytes(range(70))  # opaque to the protocol layer

@@ -6,8 +6,8 @@ import pathlib
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from hpbroker import errors
 from hpbroker.protocol import SUPPORTED_VERSIONS, request_type, response_type
-from hpbroker.protocol import errors
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker" / "protocol"
 

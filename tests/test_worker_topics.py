@@ -4,12 +4,12 @@ import os
 
 import pytest
 
+from hpbroker.errors import INVALID_CONFIG, INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogConfig, filenames
 from hpbroker.storage.checkpoints import read_partition_metadata
 from hpbroker.workers.producer_ids import BLOCK_SIZE, ProducerIdAllocator
-from hpbroker.workers.topics import (INVALID_CONFIG, INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS,
-                                     TopicError, TopicRegistry)
+from hpbroker.workers.topics import TopicError, TopicRegistry
 
 
 @pytest.fixture

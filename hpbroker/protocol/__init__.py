@@ -1,6 +1,7 @@
 """Sans-io Kafka wire protocol: bytes in, objects out, and back.
 
-Nothing here touches a socket or a file, and nothing imports the rest of hpbroker.
+Nothing here touches a socket or a file, and nothing imports the rest of hpbroker
+but its shared leaf modules (Kafka's error table is ``hpbroker.errors``).
 Message bodies are kio dataclasses (kio is generated from Kafka's message specs).
 
 * ``framing``: size-prefixed frames out of a byte stream.
@@ -9,11 +10,12 @@ Message bodies are kio dataclasses (kio is generated from Kafka's message specs)
 * ``codec``: ``decode_request`` / ``encode_response``.
 * ``legacy_produce``: Produce v0-v2, which kio does not describe.
 * ``versions``: the advertised version table and the ApiVersions response.
-* ``errors`` / ``exceptions``: Kafka's error codes; this package's exceptions.
+* ``exceptions``: this package's exceptions.
 """
 
+from hpbroker.errors import ErrorCode
+
 from .codec import decode_body, decode_request, encode_response
-from .errors import ErrorCode
 from .exceptions import (FrameTooLarge, MalformedRequest, ProtocolError, UnsupportedApiKey,
                          UnsupportedRequest, UnsupportedVersion)
 from .framing import DEFAULT_MAX_REQUEST_BYTES, FrameSplitter, frame

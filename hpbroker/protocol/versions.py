@@ -22,7 +22,8 @@ from types import MappingProxyType
 
 from kio.static.primitive import i16, i32Timedelta
 
-from .errors import ErrorCode
+from hpbroker.errors import ErrorCode
+
 from .schemas import API_VERSIONS, response_type
 
 SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({

@@ -1,12 +1,14 @@
 """Storage errors, each carrying the Kafka error code a broker answers with."""
 
+from hpbroker.errors import ErrorCode
+
 
 class StorageError(Exception):
-    error_code = -1  # UNKNOWN_SERVER_ERROR
+    error_code = ErrorCode.unknown_server_error
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = 1  # OFFSET_OUT_OF_RANGE
+    error_code = ErrorCode.offset_out_of_range
 
     def __init__(self, offset: int, log_start: int, log_end: int):
         super().__init__(f"offset {offset} is outside the log's range [{log_start}, {log_end}]")
@@ -14,37 +16,37 @@ class OffsetOutOfRangeError(StorageError):
 
 
 class CorruptBatchError(StorageError):
-    error_code = 2  # CORRUPT_MESSAGE
+    error_code = ErrorCode.corrupt_message
 
 
 class RecordTooLargeError(StorageError):
-    error_code = 10  # MESSAGE_TOO_LARGE
+    error_code = ErrorCode.message_too_large
 
 
 class InvalidRecordError(StorageError):
-    error_code = 87  # INVALID_RECORD
+    error_code = ErrorCode.invalid_record
 
 
 class UnsupportedFormatError(StorageError):
-    error_code = 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+    error_code = ErrorCode.unsupported_for_message_format
 
 
 class OutOfOrderSequenceError(StorageError):
     """An idempotent producer's batch does not follow its last sequence."""
 
-    error_code = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = ErrorCode.out_of_order_sequence_number
 
 
 class InvalidProducerEpochError(StorageError):
     """A batch from a producer epoch older than the partition has seen (a fenced producer)."""
 
-    error_code = 47  # INVALID_PRODUCER_EPOCH
+    error_code = ErrorCode.invalid_producer_epoch
 
 
 class KafkaStorageError(StorageError):
     """The disk failed under a write (full, read-only, I/O error); nothing was appended."""
 
-    error_code = 56  # KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.kafka_storage_error
 
 
 class LogDirInUseError(StorageError):

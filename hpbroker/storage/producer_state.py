@@ -45,6 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
+from hpbroker.errors import ErrorCode
 from hpbroker.kernels import crc32c
 from hpbroker.kernels.layout import CONTROL_BIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, TRANSACTIONAL_BIT
 from hpbroker.storage import filenames
@@ -56,11 +57,6 @@ NUM_BATCHES_TO_RETAIN = 5
 # producer.id.expiration.ms (KIP-854; before Kafka 3.4, transactional.id.expiration.ms played this role).
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_VERSION = 1
-
-# Kafka error codes a produce answer carries for these outcomes.
-NONE = 0
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
 
 _INT32_MAX = (1 << 31) - 1
 
@@ -160,11 +156,12 @@ class Verdict(Enum):
     INVALID_PRODUCER_EPOCH = "invalid_epoch"
 
 
+# The Kafka error a produce answer carries for each verdict.
 _ERROR_CODES = {
-    Verdict.OK: NONE,
-    Verdict.DUPLICATE: NONE,
-    Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: OUT_OF_ORDER_SEQUENCE_NUMBER,
-    Verdict.INVALID_PRODUCER_EPOCH: INVALID_PRODUCER_EPOCH,
+    Verdict.OK: ErrorCode.none,
+    Verdict.DUPLICATE: ErrorCode.none,
+    Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.out_of_order_sequence_number,
+    Verdict.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
 }
 
 
@@ -177,7 +174,7 @@ class CheckResult:
     message: str = ""
 
     @property
-    def error_code(self) -> int:
+    def error_code(self) -> ErrorCode:
         return _ERROR_CODES[self.verdict]
 
 

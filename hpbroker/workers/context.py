@@ -1,5 +1,9 @@
 """What a request handler can reach: the config, the topics, and the owners of
-partitions (this worker's ``PartitionService`` or a peer's, behind one call)."""
+partitions and groups (this worker's services or a peer's, behind one call).
+
+Calls name a declared remote method (``peers.RemoteServices``) as
+``"service.method"``: ``"partitions.<method>"`` (``PartitionService``) or
+``"groups.<method>"`` (``GroupCoordinator``)."""
 
 import asyncio
 import contextvars
@@ -10,8 +14,7 @@ from dataclasses import dataclass
 
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
-from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.peers import PeerClient, PeerUnavailable, resolve
+from hpbroker.workers.peers import PeerClient, PeerUnavailable, RemoteServices
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
 
@@ -101,13 +104,13 @@ class SegmentFiles:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: TopicRegistry, service: PartitionService, peers: PeerClient):
+                 topics: TopicRegistry, services: RemoteServices, peers: PeerClient):
         self.config = config
         self.index = index
         self.workers = workers
         self.identity = identity
         self.topics = topics
-        self.service = service
+        self.services = services  # this worker's, the same its PeerServer serves
         self.peers = peers
         self.segment_files = SegmentFiles()
         self.producer_ids = ProducerIdAllocator(topics.log_dirs[0])
@@ -118,12 +121,17 @@ class WorkerContext:
     def client_host(self) -> str:
         return CLIENT_HOST.get()
 
+    @property
+    def groups(self):
+        """This worker's ``GroupCoordinator``."""
+        return self.services["groups"]
+
     def owner(self, topic: str, partition: int) -> int:
         return partition_owner(topic, partition, self.workers)
 
     async def call_owner(self, topic: str, partition: int, method: str, *args):
         """Run ``PartitionService.method(topic, partition, *args)`` on the owner."""
-        return await self.call_worker(self.owner(topic, partition), method, topic, partition, *args)
+        return await self.call_worker(self.owner(topic, partition), f"partitions.{method}", topic, partition, *args)
 
     async def call_owners(self, method: str, calls: list, unavailable) -> list:
         """``PartitionService.method(topic, partition, *args)`` for each
@@ -138,7 +146,7 @@ class WorkerContext:
         async def one(owner: int, indexes: list[int]) -> None:
             batch = [calls[i] for i in indexes]
             try:
-                answers = await self.call_worker(owner, "batch", method, batch)
+                answers = await self.call_worker(owner, "partitions.batch", method, batch)
             except PeerUnavailable:
                 return
             except RuntimeError as exc:  # the owner's method failed: logged there, answered as unavailable
@@ -151,10 +159,12 @@ class WorkerContext:
         return results
 
     async def call_worker(self, worker: int, method: str, *args):
-        """Run ``PartitionService.method(*args)`` (dotted: a sub-service such as
-        ``groups.join_group``) on worker ``worker``."""
+        """Run the remote method ``method`` (``"service.method"``, such as
+        ``"groups.join_group"``) with ``args`` on worker ``worker``; an
+        undeclared one raises ``UnknownRemoteMethod`` here, or fails the call
+        (RuntimeError) on a peer."""
         if worker == self.index:
-            result = resolve(self.service, method)(*args)
+            result = self.services.method(method)(*args)
             if hasattr(result, "__await__"):
                 result = await result
             return result

@@ -62,9 +62,9 @@ async def group_lag(ctx, coordinator) -> None:
               for (topic, partition), value in coordinator.offsets.of_group(group).items()]
     ends = await asyncio.gather(*(ctx.call_owner(t, p, "offsets") for _, t, p, _ in wanted), return_exceptions=True)
     for (group, topic, partition, committed), end in zip(wanted, ends):
-        if isinstance(end, BaseException) or end[0] != 0:  # owner away (PeerUnavailable) or no such partition
+        if isinstance(end, BaseException) or end.error:  # owner away (PeerUnavailable) or no such partition
             continue
-        metrics.GROUP_LAG.labels(group, topic, str(partition)).set(max(end[2] - committed, 0))
+        metrics.GROUP_LAG.labels(group, topic, str(partition)).set(max(end.high_watermark - committed, 0))
 
 
 async def gauges_forever(ctx, logs, coordinator, connections) -> None:

@@ -1,38 +1,33 @@
 """What the owning worker does for its partitions (the single writer).
 
-Every method takes plain values and returns plain tuples, so the same call
-works in-process and through the intra-broker channel (``peers``).  Reads
-return where the batches are (segment path, position, size) rather than the
-bytes: the worker that holds the client's socket sends them with ``sendfile``
+Every method takes plain values and returns a small named tuple of plain
+values (the result types below), so the same call works in-process and
+through the intra-broker channel (``peers``), which pickles it.  Reads return
+where the batches are (segment path, position, size) rather than the bytes:
+the worker that holds the client's socket sends them with ``sendfile``
 itself, so bytes never cross the channel on the read path.
 
-Error codes are Kafka's (ints); 0 is success.
+Errors are members of Kafka's error table (``hpbroker.errors.ErrorCode``);
+``ErrorCode.none`` is success.
 """
 
 import asyncio
 import logging
 import os
 import shutil
+from typing import NamedTuple
 
+from hpbroker.clock import now_ms
+from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
 from hpbroker.storage import filenames
 from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
-from hpbroker.storage.log import now_ms
 from hpbroker.server.logs import Throttled
 from hpbroker.workers import observe
 from hpbroker.workers.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
-
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-UNKNOWN_SERVER_ERROR = -1
 
 # ListOffsets special timestamps.
 LATEST = -1
@@ -41,19 +36,79 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
+
+class AppendResult(NamedTuple):
+    """Produce, one partition: where the batch went, or why it did not."""
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class LocateResult(NamedTuple):
+    """Fetch, one partition: where the whole batches from the fetch offset are.
+    ``identity`` is the segment file's (device, inode), so the sender reads the
+    very file these positions are in."""
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    path: str | None = None
+    position: int = 0
+    size: int = 0
+    identity: tuple[int, int] | None = None
+
+
+class ListedOffset(NamedTuple):
+    """ListOffsets, one partition."""
+    error: ErrorCode
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+class PartitionOffsets(NamedTuple):
+    """A partition's bounds: its log start and high watermark."""
+    error: ErrorCode
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    leader_epoch: int = -1
+
+
+class EpochEndOffset(NamedTuple):
+    """OffsetForLeaderEpoch, one partition."""
+    error: ErrorCode
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+class DeletedRecords(NamedTuple):
+    """DeleteRecords, one partition: the log start offset now."""
+    error: ErrorCode
+    low_watermark: int = -1
+
+
 class PartitionService:
+    # The per-partition operations, each ``method(topic, partition, *args)``:
+    # what other workers may ask of the owner, one at a time or in a ``batch``.
+    PARTITION_METHODS = frozenset({"append", "locate", "list_offset", "offsets", "end_offset_for_epoch",
+                                   "delete_records", "delete_partition"})
+    REMOTE_METHODS = PARTITION_METHODS | {"batch", "wait_any"}
+
     def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0):
         self.logs = logs
         self.topics = topics
         self.leader_epoch = leader_epoch
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
         self._configs_generation = topics.generation
-        self.groups = None  # this worker's GroupCoordinator, reached as "groups.<method>"
         # a client retrying into a full disk, or resending a bad batch, fails
         # every few milliseconds: one line a minute per partition and cause
         self._rejected = Throttled(log)
 
-    def _log(self, topic: str, partition: int):
+    def partition_log(self, topic: str, partition: int):
+        """This worker's open ``Log`` of the partition (opened on first use), or
+        None when the partition does not exist."""
         found = self.logs.get_log(topic, partition)
         if found is not None:
             return found
@@ -69,32 +124,35 @@ class PartitionService:
         return self.logs.get_or_create_log(topic, partition, topic_id=info.topic_id)
 
     # --- writing ---------------------------------------------------------------
-    def append(self, topic: str, partition: int, records) -> tuple:
-        """Returns (error, base offset, log append time, log start offset, message)."""
-        partition_log = self._log(topic, partition)
+    def append(self, topic: str, partition: int, records) -> AppendResult:
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None
+            return AppendResult(ErrorCode.unknown_topic_or_partition)
         try:
             info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
         except CorruptRecordError as exc:  # a legacy message set that does not decode
-            self._rejected.log(logging.WARNING, (topic, partition, CORRUPT_MESSAGE), "produce to %s-%d rejected: %s",
-                               topic, partition, exc)
-            return CORRUPT_MESSAGE, -1, -1, partition_log.log_start_offset, str(exc)
+            return self._rejected_append(topic, partition, partition_log, ErrorCode.corrupt_message, exc)
         except StorageError as exc:
-            self._rejected.log(logging.WARNING, (topic, partition, exc.error_code), "produce to %s-%d rejected: %s",
-                               topic, partition, exc)
-            return exc.error_code, -1, -1, partition_log.log_start_offset, str(exc)
+            return self._rejected_append(topic, partition, partition_log, exc.error_code, exc)
         except OSError as exc:
-            self._rejected.log(logging.ERROR, (topic, partition, KAFKA_STORAGE_ERROR),
+            self._rejected.log(logging.ERROR, (topic, partition, ErrorCode.kafka_storage_error),
                                "produce to %s-%d failed writing: %s", topic, partition, exc)
-            return KAFKA_STORAGE_ERROR, -1, -1, partition_log.log_start_offset, str(exc)
+            return AppendResult(ErrorCode.kafka_storage_error, log_start_offset=partition_log.log_start_offset,
+                                message=str(exc))
         self._wake(topic, partition)
         observe.appended(topic, info.size, info.records)
-        return NONE, info.first_offset, info.log_append_time, partition_log.log_start_offset, None
+        return AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, partition_log.log_start_offset)
+
+    def _rejected_append(self, topic, partition, partition_log, error: ErrorCode, exc: Exception) -> AppendResult:
+        self._rejected.log(logging.WARNING, (topic, partition, error), "produce to %s-%d rejected: %s",
+                           topic, partition, exc)
+        return AppendResult(error, log_start_offset=partition_log.log_start_offset, message=str(exc))
 
     def batch(self, method: str, calls: list) -> list:
         """``method(*args)`` for each args tuple: one intra-broker round trip for
         all the partitions of a request that this worker owns."""
+        if method not in self.PARTITION_METHODS:
+            raise ValueError(f"{method!r} is not a partition method")
         run = getattr(self, method)
         return [run(*args) for args in calls]
 
@@ -115,30 +173,30 @@ class PartitionService:
                 future.set_result(True)
 
     # --- reading ---------------------------------------------------------------
-    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> tuple:
-        """Where the whole batches from ``offset`` are, up to the high watermark:
-        (error, high watermark, last stable offset, log start, path, position,
-        size, file identity).  The identity (device, inode) lets the sender make
-        sure it reads the file these positions are in, even if compaction swapped
-        a new file in under the same name meanwhile."""
-        partition_log = self._log(topic, partition)
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> LocateResult:
+        """Where the whole batches from ``offset`` are, up to the high watermark.
+        The file identity lets the sender make sure it reads the file these
+        positions are in, even if compaction swapped a new file in under the
+        same name meanwhile."""
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1, None, 0, 0, None
+            return LocateResult(ErrorCode.unknown_topic_or_partition)
         hw = partition_log.written_offset
         start = partition_log.log_start_offset
         try:
             found = partition_log.read(offset, max_bytes)
         except OffsetOutOfRangeError:
-            return OFFSET_OUT_OF_RANGE, hw, hw, start, None, 0, 0, None
+            return LocateResult(ErrorCode.offset_out_of_range, hw, hw, start)
         if found is None:
-            return NONE, hw, hw, start, None, 0, 0, None
+            return LocateResult(ErrorCode.none, hw, hw, start)
         st = os.fstat(found.segment.fd)
-        return NONE, hw, hw, start, found.segment.log_path, found.position, found.size, (st.st_dev, st.st_ino)
+        return LocateResult(ErrorCode.none, hw, hw, start, found.segment.log_path, found.position, found.size,
+                            (st.st_dev, st.st_ino))
 
     async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
         """True once the partition holds data at or beyond ``offset`` (or it
         does now); False after ``timeout_s``.  For long-poll fetches."""
-        partition_log = self._log(topic, partition)
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None or partition_log.written_offset > offset:
             return True
         future = asyncio.get_running_loop().create_future()
@@ -152,62 +210,64 @@ class PartitionService:
             if waiters and future in waiters:
                 waiters.remove(future)
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> tuple:
-        """Kafka's ListOffsets for one partition: (error, offset, timestamp, leader epoch)."""
-        partition_log = self._log(topic, partition)
+    def list_offset(self, topic: str, partition: int, timestamp: int) -> ListedOffset:
+        """Kafka's ListOffsets for one partition."""
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
+            return ListedOffset(ErrorCode.unknown_topic_or_partition)
         epoch = self.leader_epoch
         if timestamp in (LATEST, LATEST_TIERED):
-            return NONE, partition_log.written_offset, -1, epoch
+            return ListedOffset(ErrorCode.none, partition_log.written_offset, -1, epoch)
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
-            return NONE, partition_log.log_start_offset, -1, epoch
+            return ListedOffset(ErrorCode.none, partition_log.log_start_offset, -1, epoch)
         if timestamp == MAX_TIMESTAMP:
             found = partition_log.offset_of_max_timestamp()
         elif timestamp < 0:
-            return UNKNOWN_SERVER_ERROR, -1, -1, -1
+            return ListedOffset(ErrorCode.unknown_server_error)
         else:
             found = partition_log.offset_for_timestamp(timestamp)
         if found is None:
-            return NONE, -1, -1, epoch
-        return NONE, found[0], found[1], epoch
+            return ListedOffset(ErrorCode.none, -1, -1, epoch)
+        return ListedOffset(ErrorCode.none, found[0], found[1], epoch)
 
-    def offsets(self, topic: str, partition: int) -> tuple:
-        """(error, log start, high watermark, leader epoch)."""
-        partition_log = self._log(topic, partition)
+    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1, -1
-        return NONE, partition_log.log_start_offset, partition_log.written_offset, self.leader_epoch
+            return PartitionOffsets(ErrorCode.unknown_topic_or_partition)
+        return PartitionOffsets(ErrorCode.none, partition_log.log_start_offset, partition_log.written_offset,
+                                self.leader_epoch)
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int, current_leader_epoch: int = -1) -> tuple:
-        """OffsetForLeaderEpoch: (error, leader epoch, end offset).  A client
-        that names a current leader epoch other than ours is told it is behind
-        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH), as Kafka does."""
-        partition_log = self._log(topic, partition)
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int,
+                             current_leader_epoch: int = -1) -> EpochEndOffset:
+        """OffsetForLeaderEpoch.  A client that names a current leader epoch
+        other than ours is told it is behind (FENCED_LEADER_EPOCH) or ahead
+        (UNKNOWN_LEADER_EPOCH), as Kafka does."""
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+            return EpochEndOffset(ErrorCode.unknown_topic_or_partition)
         if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
-            error = FENCED_LEADER_EPOCH if current_leader_epoch < self.leader_epoch else UNKNOWN_LEADER_EPOCH
-            return error, -1, -1
-        return (NONE, *partition_log.end_offset_for_epoch(epoch, self.leader_epoch))
+            if current_leader_epoch < self.leader_epoch:
+                return EpochEndOffset(ErrorCode.fenced_leader_epoch)
+            return EpochEndOffset(ErrorCode.unknown_leader_epoch)
+        return EpochEndOffset(ErrorCode.none, *partition_log.end_offset_for_epoch(epoch, self.leader_epoch))
 
     # --- deleting --------------------------------------------------------------
-    def delete_records(self, topic: str, partition: int, offset: int) -> tuple:
-        """DeleteRecords: (error, new low watermark); -1 means up to the high watermark."""
-        partition_log = self._log(topic, partition)
+    def delete_records(self, topic: str, partition: int, offset: int) -> DeletedRecords:
+        """DeleteRecords; an ``offset`` of -1 means up to the high watermark."""
+        partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return UNKNOWN_TOPIC_OR_PARTITION, -1
+            return DeletedRecords(ErrorCode.unknown_topic_or_partition)
         target = partition_log.written_offset if offset == -1 else offset
         try:
-            return NONE, partition_log.delete_records_before(target)
+            return DeletedRecords(ErrorCode.none, partition_log.delete_records_before(target))
         except OffsetOutOfRangeError:
-            return OFFSET_OUT_OF_RANGE, partition_log.log_start_offset
+            return DeletedRecords(ErrorCode.offset_out_of_range, partition_log.log_start_offset)
 
-    def delete_partition(self, topic: str, partition: int) -> int:
+    def delete_partition(self, topic: str, partition: int) -> ErrorCode:
         """Remove a partition of a deleted topic, open or not."""
         if self.logs.delete_log(topic, partition):
             self._wake(topic, partition)  # long polls on it answer now
-            return NONE
+            return ErrorCode.none
         for log_dir in self.logs.log_dirs:
             path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
             if os.path.isdir(path):
@@ -215,7 +275,7 @@ class PartitionService:
                 os.rename(path, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
         self._wake(topic, partition)
-        return NONE
+        return ErrorCode.none
 
     def tick(self) -> None:
         self.topics.refresh()  # notice topics deleted or grown through other workers

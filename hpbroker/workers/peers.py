@@ -1,6 +1,11 @@
 """The intra-broker channel: one worker asks another to run a method for a
 partition or group it owns, and awaits the answer.
 
+What can be called is declared: a worker serves ``RemoteServices``, its
+services by name (``partitions``, ``groups``), and of each only the methods its
+class lists in ``REMOTE_METHODS``; a call names one as ``"service.method"``.
+Any other name is refused (logged, and answered to the caller as an error).
+
 Each worker listens on an abstract-namespace Unix socket named after the
 broker (the acceptor's pid) and its index; peers connect lazily and reconnect
 after a restart.  Frames are a 4-byte length and a pickle of
@@ -30,12 +35,29 @@ class PeerUnavailable(Exception):
     pass
 
 
-def resolve(target, method: str):
-    """``method`` of ``target``; a dotted name reaches a sub-service
-    (``"groups.join_group"`` is ``target.groups.join_group``)."""
-    for name in method.split("."):
-        target = getattr(target, name)
-    return target
+class UnknownRemoteMethod(LookupError):
+    """A call names no declared method of a served service."""
+
+
+class RemoteServices:
+    """A worker's services by name, and the methods of each that may be called
+    by name (from a peer, or locally the same way): those its class declares
+    in ``REMOTE_METHODS``, bound once, here."""
+
+    def __init__(self, services: dict):
+        self._services = dict(services)
+        self._methods = {f"{name}.{method}": getattr(service, method)
+                         for name, service in self._services.items() for method in service.REMOTE_METHODS}
+
+    def __getitem__(self, name: str):
+        return self._services[name]
+
+    def method(self, name: str):
+        """The bound method called ``"service.method"``; UnknownRemoteMethod if undeclared."""
+        found = self._methods.get(name)
+        if found is None:
+            raise UnknownRemoteMethod(f"{name!r} is not a remote method")
+        return found
 
 
 def socket_name(broker_tag: str, worker: int) -> str:
@@ -53,11 +75,11 @@ def _frame(obj) -> bytes:
 
 
 class PeerServer:
-    """Serves calls from the other workers on ``target``'s methods."""
+    """Serves calls from the other workers on the declared methods of ``services``."""
 
-    def __init__(self, broker_tag: str, index: int, target):
+    def __init__(self, broker_tag: str, index: int, services: RemoteServices):
         self.name = socket_name(broker_tag, index)
-        self.target = target
+        self.services = services
         self._server = None
 
     async def start(self) -> None:
@@ -77,10 +99,13 @@ class PeerServer:
 
     async def _answer(self, writer, call_id, method, args) -> None:
         try:
-            result = resolve(self.target, method)(*args)
+            result = self.services.method(method)(*args)
             if asyncio.iscoroutine(result):
                 result = await result
             reply = (call_id, True, result)
+        except UnknownRemoteMethod as exc:
+            log.error("peer call refused: %s", exc)
+            reply = (call_id, False, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # the caller decides; this worker keeps serving
             log.exception("peer call %s failed", method)
             reply = (call_id, False, f"{type(exc).__name__}: {exc}")

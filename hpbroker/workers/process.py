@@ -28,7 +28,7 @@ from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.peers import PeerClient, PeerServer
+from hpbroker.workers.peers import PeerClient, PeerServer, RemoteServices
 from hpbroker.workers.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,9 @@ class Worker:
         ).open(clean_shutdown=self.clean_shutdown)
         self.logs.start_cleaner()  # compaction of compact topics, off the event loop
         self.service = PartitionService(self.logs, self.topics)
-        self.service.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers)
+        self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers)
+        # what peers may call, and this worker's handlers the same way
+        self.services = RemoteServices({"partitions": self.service, "groups": self.groups})
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -81,18 +83,18 @@ class Worker:
         for sig in (signal.SIGTERM,):
             loop.add_signal_handler(sig, self.stopping.set)
         self.peers = PeerClient(self.broker_tag)
-        self.peer_server = PeerServer(self.broker_tag, self.index, self.service)
+        self.peer_server = PeerServer(self.broker_tag, self.index, self.services)
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
-        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.service, self.peers)
+        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.services, self.peers)
         self.control.setblocking(False)
         loop.add_reader(self.control.fileno(), self._on_control)
         self._send(Kind.READY)
-        self.service.groups.start()
+        self.groups.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
-        gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.service.groups, self.connections))
+        gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.groups, self.connections))
         await self.stopping.wait()
         loop.remove_reader(self.control.fileno())
         if not self.drained:
@@ -235,7 +237,7 @@ class Worker:
         if self.draining:
             return
         self.draining = True
-        self.service.groups.close()  # answers waiting joins, so connections can finish
+        self.groups.close()  # answers waiting joins, so connections can finish
         await self._close_connections()
         self.drained = True
         if report:

@@ -25,6 +25,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
+from hpbroker.errors import ErrorCode
 from hpbroker.storage import checkpoints, filenames
 from hpbroker.storage.config import ConfigError, LogConfig
 
@@ -38,19 +39,9 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 class TopicError(Exception):
     """A topic operation that Kafka answers with an error code."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
-
-
-# Kafka's error codes for the topic operations.
-TOPIC_ALREADY_EXISTS = 36
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_CONFIG = 40
-UNKNOWN_TOPIC_OR_PARTITION = 3
-KAFKA_STORAGE_ERROR = 56
 
 
 @dataclass(frozen=True)
@@ -67,7 +58,7 @@ class TopicInfo:
 
 def validate_name(name: str) -> None:
     if not name or name in (".", "..") or not _LEGAL_NAME.match(name):
-        raise TopicError(INVALID_TOPIC_EXCEPTION,
+        raise TopicError(ErrorCode.invalid_topic_exception,
                          f"topic name {name!r} is illegal: 1-249 characters of [a-zA-Z0-9._-], not . or ..")
 
 
@@ -243,11 +234,12 @@ class TopicRegistry:
             try:
                 validate_name(name)
                 if partitions < 1:
-                    raise TopicError(INVALID_PARTITIONS, f"number of partitions must be at least 1, got {partitions}")
+                    raise TopicError(ErrorCode.invalid_partitions,
+                                     f"number of partitions must be at least 1, got {partitions}")
                 try:
                     self.log_config.with_overrides(configs)
                 except ConfigError as exc:
-                    raise TopicError(INVALID_CONFIG, str(exc)) from None
+                    raise TopicError(ErrorCode.invalid_config, str(exc)) from None
             except TopicError as exc:
                 results.append(exc)
                 continue
@@ -260,11 +252,12 @@ class TopicRegistry:
             for i, name, partitions, configs in checked:
                 try:
                     if name in self._topics or name in made:
-                        raise TopicError(TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+                        raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
                     clash = _collision(name, {**self._topics, **made})
                     if clash:
-                        raise TopicError(INVALID_TOPIC_EXCEPTION, f"topic {name!r} collides with existing topic "
-                                                                  f"{clash!r} ('.' and '_' collide in metric names)")
+                        raise TopicError(ErrorCode.invalid_topic_exception,
+                                         f"topic {name!r} collides with existing topic {clash!r} "
+                                         "('.' and '_' collide in metric names)")
                     info = TopicInfo(name, checkpoints.new_kafka_uuid(), partitions, configs)
                     if not validate_only:
                         if configs:
@@ -274,7 +267,7 @@ class TopicRegistry:
                 except TopicError as exc:
                     results[i] = exc
                 except OSError as exc:  # the configs file on a full disk: this topic fails, not the others
-                    results[i] = TopicError(KAFKA_STORAGE_ERROR, f"cannot create {name!r}: {exc.strerror}")
+                    results[i] = TopicError(ErrorCode.kafka_storage_error, f"cannot create {name!r}: {exc.strerror}")
         # As read back from the directories (the lock's last rescan).
         return [self._topics.get(r.name, r) if isinstance(r, TopicInfo) else r for r in results]
 
@@ -282,9 +275,9 @@ class TopicRegistry:
         with self._locked():
             info = self._topics.get(name)
             if info is None:
-                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
             if count <= info.partitions:
-                raise TopicError(INVALID_PARTITIONS,
+                raise TopicError(ErrorCode.invalid_partitions,
                                  f"topic {name!r} has {info.partitions} partitions; the new count must be larger, got {count}")
             if not validate_only:
                 self._make_partition_dirs(info, range(info.partitions, count))
@@ -302,14 +295,14 @@ class TopicRegistry:
         try:
             self.log_config.with_overrides(configs)
         except ConfigError as exc:
-            raise TopicError(INVALID_CONFIG, str(exc)) from None
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         if validate_only:
             if name not in self._topics:
-                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
             return
         with self._locked():
             if name not in self._topics:
-                raise TopicError(UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+                raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
             self._write_configs({**self._read_configs(), name: configs})
 
     def _write_configs(self, configs: dict) -> None:
@@ -332,8 +325,9 @@ class TopicRegistry:
         except OSError as exc:
             for path in made + [tmp]:
                 shutil.rmtree(path, ignore_errors=True)
-            raise TopicError(KAFKA_STORAGE_ERROR, f"cannot create the partitions of {info.name!r} in "
-                                                  f"{os.path.dirname(exc.filename or tmp)}: {exc.strerror}") from None
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"cannot create the partitions of {info.name!r} in "
+                             f"{os.path.dirname(exc.filename or tmp)}: {exc.strerror}") from None
 
 
 def _read_topic_id(partition_dir: str) -> uuid.UUID | None:

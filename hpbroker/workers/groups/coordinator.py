@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hpbroker.protocol import errors as E
+from hpbroker import errors as E
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
@@ -27,7 +27,7 @@ from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig, now_ms
-from hpbroker.workers.topics import TOPIC_ALREADY_EXISTS, TopicError
+from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,12 @@ _GROUP_TYPE = "classic"
 
 
 class GroupCoordinator:
+    # What handlers on any worker may call here (through ``call_worker``).
+    REMOTE_METHODS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "describe_group",
+                                "list_groups", "delete_group", "offset_commit", "offset_fetch", "offset_delete"})
+
     def __init__(self, service, topics, config, index: int, workers: int):
-        self.service = service  # PartitionService of this worker: appends and reads
+        self.service = service  # this worker's PartitionService: append() and partition_log()
         self.topics = topics
         self.index = index
         self.workers = workers
@@ -67,7 +71,7 @@ class GroupCoordinator:
         try:
             self.topics.create(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIG)
         except TopicError as exc:
-            if exc.code != TOPIC_ALREADY_EXISTS:
+            if exc.code != E.TOPIC_ALREADY_EXISTS:
                 self._problems.log(logging.ERROR, "create", "cannot create %s: %s", OFFSETS_TOPIC, exc)
                 return E.COORDINATOR_NOT_AVAILABLE
         return E.NONE
@@ -97,7 +101,7 @@ class GroupCoordinator:
     def _replay(self, p: int):
         """Apply the partition's records in order, yielding after each chunk; then
         install the groups it describes."""
-        partition_log = self.service._log(OFFSETS_TOPIC, p)
+        partition_log = self.service.partition_log(OFFSETS_TOPIC, p)
         metadata: dict[str, R.GroupValue | None] = {}
         offset = partition_log.log_start_offset if partition_log is not None else 0
         while partition_log is not None and offset < partition_log.written_offset:
@@ -168,7 +172,7 @@ class GroupCoordinator:
             return E.NONE
         ts = now_ms()
         batch = encode_batch([Record(i, ts, k, v) for i, (k, v) in enumerate(pairs)])
-        error = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch))[0]
+        error = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch)).error
         if error == E.NONE:
             return E.NONE
         self._problems.log(logging.WARNING, ("append", error), "appending to %s for group %r failed with error %d",
@@ -310,7 +314,7 @@ class GroupCoordinator:
             return E.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and group.state == EMPTY:
             return E.NONE  # a standalone commit (no group membership)
-        error = group._check_member(member_id, instance_id, generation)
+        error = group.check_member(member_id, instance_id, generation)
         if error != E.NONE:
             return error
         return E.REBALANCE_IN_PROGRESS if group.state == COMPLETING else E.NONE

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hpbroker.clock import now_ms
-from hpbroker.protocol import errors as E
+from hpbroker import errors as E
 
 EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
 

@@ -7,7 +7,7 @@ Broker settings live in server.properties and change with SIGHUP, so a broker
 resource is refused with a message saying so.
 """
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -31,7 +31,7 @@ def _incremental(current: dict, changes) -> dict:
             items = items + [v for v in values if v not in items] if op == APPEND else [x for x in items if x not in values]
             result[change.name] = ",".join(items)
         else:
-            raise TopicError(ErrorCode.invalid_request.value, f"unknown config operation {op} for {change.name}")
+            raise TopicError(ErrorCode.invalid_request, f"unknown config operation {op} for {change.name}")
     return result
 
 
@@ -50,7 +50,7 @@ def _apply(ctx, resource, incremental: bool, validate_only: bool):
             configs = {c.name: c.value for c in resource.configs if c.value is not None}
         ctx.topics.set_configs(info.name, configs, validate_only=validate_only)
     except TopicError as exc:
-        return ErrorCode(exc.code), str(exc)
+        return exc.code, str(exc)
     return ErrorCode.none, None
 
 

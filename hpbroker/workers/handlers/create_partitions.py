@@ -1,6 +1,6 @@
 """CreatePartitions (37): more partitions for a topic (never fewer)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -16,6 +16,6 @@ async def handle(ctx, header, request):
             results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode.none,
                                 error_message=None))
         except TopicError as exc:
-            results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode(exc.code),
+            results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=exc.code,
                                 error_message=str(exc)))
     return make(m.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

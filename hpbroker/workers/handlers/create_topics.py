@@ -2,10 +2,10 @@
 request, all of its topics under one registry lock; a single broker means a
 replication factor of 1 (or -1, the default)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.config_entries import topic_config_entries
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.topics import INVALID_REPLICATION_FACTOR, TopicError
+from hpbroker.workers.topics import TopicError
 
 API_KEY = 19
 
@@ -16,11 +16,11 @@ def _checked(ctx, topic):
     if topic.assignments:
         partitions = len(topic.assignments)
         if any(tuple(a.broker_ids) != (ctx.identity.broker_id,) for a in topic.assignments):
-            return TopicError(INVALID_REPLICATION_FACTOR, "replica assignments may name only this broker")
+            return TopicError(ErrorCode.invalid_replication_factor, "replica assignments may name only this broker")
     elif partitions == -1:
         partitions = ctx.config["num.partitions"]
     if topic.replication_factor not in (-1, 1) and not topic.assignments:
-        return TopicError(INVALID_REPLICATION_FACTOR,
+        return TopicError(ErrorCode.invalid_replication_factor,
                           f"replication factor {topic.replication_factor} is larger than the 1 available broker")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     return topic.name, partitions, configs
@@ -37,7 +37,7 @@ async def handle(ctx, header, request):
         outcome = check if isinstance(check, TopicError) else next(made)
         if isinstance(outcome, TopicError):
             results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=None,
-                                error_code=ErrorCode(outcome.code), error_message=str(outcome), num_partitions=-1,
+                                error_code=outcome.code, error_message=str(outcome), num_partitions=-1,
                                 replication_factor=-1, configs=()))
             continue
         entries = ()

@@ -3,7 +3,7 @@
 
 import asyncio
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -15,5 +15,5 @@ async def handle(ctx, header, request):
     errors = await asyncio.gather(*(call_group(ctx, gid, "delete_group") for gid in request.groups_names))
     return make(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
         make(m.DeletableGroupResult, group_id=gid,
-             error_code=ErrorCode(ErrorCode.coordinator_not_available if error is None else error))
+             error_code=ErrorCode.coordinator_not_available if error is None else error)
         for gid, error in zip(request.groups_names, errors)))

@@ -3,7 +3,7 @@ open); then the topic's config overrides go."""
 
 import asyncio
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.peers import PeerUnavailable
 

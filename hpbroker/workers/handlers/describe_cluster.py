@@ -1,6 +1,6 @@
 """DescribeCluster (60): one broker, which is also the controller."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 60

@@ -1,7 +1,7 @@
 """DescribeConfigs (32): a topic's effective settings (with where each comes
 from) or the broker's."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.config_entries import broker_config_entries, topic_config_entries
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 

@@ -3,7 +3,7 @@ is "Dead" with no error before v6 and GROUP_ID_NOT_FOUND from v6 (KIP-1043)."""
 
 import asyncio
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -20,9 +20,12 @@ async def handle(ctx, header, request):
             ErrorCode.coordinator_not_available, "", "", "", [])
         message = None
         if error == ErrorCode.group_id_not_found:
-            error, message = (error, f"group {gid!r} does not exist") if header.api_version >= 6 else (0, None)
+            if header.api_version >= 6:
+                message = f"group {gid!r} does not exist"
+            else:
+                error = ErrorCode.none
         described.append(make(
-            m.DescribedGroup, error_code=ErrorCode(error), error_message=message, group_id=gid, group_state=state,
+            m.DescribedGroup, error_code=error, error_message=message, group_id=gid, group_state=state,
             protocol_type=protocol_type, protocol_data=protocol_data, authorized_operations=_NO_OPERATIONS,
             members=tuple(make(m.DescribedGroupMember, member_id=mid, group_instance_id=iid, client_id=client_id,
                                client_host=host, member_metadata=metadata, member_assignment=assignment)

@@ -14,16 +14,17 @@ import logging
 import os
 import time
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
+from hpbroker.workers.partitions import LocateResult
 
 API_KEY = 1
 log = logging.getLogger(__name__)
 
 
-_UNAVAILABLE = (ErrorCode.not_leader_or_follower.value, -1, -1, -1, None, 0, 0, None)
-_UNKNOWN_PARTITION = (ErrorCode.unknown_topic_or_partition.value, -1, -1, -1, None, 0, 0, None)
+_UNAVAILABLE = LocateResult(ErrorCode.not_leader_or_follower)
+_UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
 
 
 async def _locate_all(ctx, wanted, max_bytes: int) -> list:
@@ -65,12 +66,13 @@ async def _wait_for_data(ctx, wanted, located, timeout_s):
         for p in parts:
             r = next(seen)
             if info is not None and r is not None:
-                end_seen = max(p.fetch_offset, r[1])  # r[1]: the high watermark located
+                end_seen = max(p.fetch_offset, r.high_watermark)
                 by_owner.setdefault(ctx.owner(info.name, p.partition), []).append((info.name, p.partition, end_seen))
     if not by_owner:
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
-    calls = [asyncio.ensure_future(ctx.call_worker(owner, "wait_any", items, timeout_s)) for owner, items in by_owner.items()]
+    calls = [asyncio.ensure_future(ctx.call_worker(owner, "partitions.wait_any", items, timeout_s))
+             for owner, items in by_owner.items()]
     done, pending = await asyncio.wait(calls, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     for call in pending:
         call.cancel()
@@ -88,8 +90,8 @@ async def handle(ctx, header, request):
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
         located = await _locate_all(ctx, wanted, max_bytes)
-        ready = sum(r[6] for r in located if r is not None and r[0] == 0 and r[4])
-        errors = any(r is None or r[0] != 0 for r in located)
+        ready = sum(r.size for r in located if r is not None and r.error == ErrorCode.none and r.path)
+        errors = any(r is None or r.error != ErrorCode.none for r in located)
         remaining = deadline - time.monotonic()
         if ready >= request.min_bytes or errors or remaining <= 0 or not located:
             break
@@ -106,21 +108,21 @@ async def handle(ctx, header, request):
         for p in parts:
             r = next(results)
             if r is None:
-                out.partitions.append(PartitionResult(p.partition, unknown.value, records=b""))
+                out.partitions.append(PartitionResult(p.partition, unknown, records=b""))
                 continue
-            error, hw, lso, log_start, path, position, size, identity = r
             records = b""
             # the first partition with data is sent whole so a consumer always
             # progresses (KIP-74); the others only if they fit what is left
-            if path is not None and size and (size <= budget or first):
-                fd = ctx.segment_files.fd(path, identity)
+            if r.path is not None and r.size and (r.size <= budget or first):
+                fd = ctx.segment_files.fd(r.path, r.identity)
                 if fd is not None:  # else the segment was just replaced: the client fetches again
                     # the response owns a duplicate: the cache may close its own before the send
-                    records = FileRegion(os.dup(fd), position, size)
-                    budget -= size
+                    records = FileRegion(os.dup(fd), r.position, r.size)
+                    budget -= r.size
                     first = False
-                    observe.fetched(info.name, size)
-            out.partitions.append(PartitionResult(p.partition, error, hw, lso, log_start,
-                                                  aborted=None if request.isolation_level == 0 else [], records=records))
+                    observe.fetched(info.name, r.size)
+            out.partitions.append(PartitionResult(p.partition, r.error, r.high_watermark, r.last_stable_offset,
+                                                  r.log_start_offset, aborted=None if request.isolation_level == 0 else [],
+                                                  records=records))
         topics.append(out)
     return encode_fetch_response(version, header.correlation_id, topics)

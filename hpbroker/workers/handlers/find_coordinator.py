@@ -7,7 +7,7 @@ There is no transaction coordinator yet.  A retriable answer would keep
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which librdkafka, kafka-python and the
 Java client all treat as fatal at once, with a message saying why."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
@@ -21,7 +21,7 @@ def _find(ctx, key_type: int, key: str):
         return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED
     if key_type != GROUP:
         return ErrorCode.invalid_request, f"unknown key type {key_type}"
-    if ctx.service.groups.ensure_offsets_topic() != 0:
+    if ctx.groups.ensure_offsets_topic() != ErrorCode.none:
         return ErrorCode.coordinator_not_available, "the offsets topic could not be created"
     return ErrorCode.none, None
 

@@ -1,7 +1,7 @@
 """Heartbeat (12): keeps a member's session alive; REBALANCE_IN_PROGRESS tells
 it to rejoin."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -14,4 +14,4 @@ async def handle(ctx, header, request):
                              getattr(request, "group_instance_id", None))
     if error is None:
         error = ErrorCode.coordinator_not_available
-    return make(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error))
+    return make(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)

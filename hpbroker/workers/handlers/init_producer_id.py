@@ -6,7 +6,7 @@ ids need the transaction coordinator, which is not here yet: they fail fast,
 as FindCoordinator explains.
 """
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 22

@@ -3,7 +3,7 @@ rebalance to complete (up to the rebalance timeout).  v4+ first get a member id
 with MEMBER_ID_REQUIRED (KIP-394); v0 has no rebalance timeout (it is the
 session timeout)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group, to_ms
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -23,7 +23,7 @@ async def handle(ctx, header, request):
     error, generation, protocol_type, protocol_name, leader, member_id, members, skip = result
     if header.api_version < 7 and protocol_name is None:
         protocol_name = ""  # not nullable before v7
-    return make(m.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error), generation_id=generation,
+    return make(m.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=error, generation_id=generation,
                 protocol_type=protocol_type, protocol_name=protocol_name, leader=leader or "", skip_assignment=skip,
                 member_id=member_id, members=tuple(
                     make(m.JoinGroupResponseMember, member_id=mid, group_instance_id=instance, metadata=metadata)

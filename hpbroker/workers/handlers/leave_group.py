@@ -1,7 +1,7 @@
 """LeaveGroup (13): one member (v0-v2) or a batch of members, static ones by
 ``group.instance.id`` (v3+, KIP-345)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -20,7 +20,7 @@ async def handle(ctx, header, request):
     error, per_member = result
     if not batched:  # the one member's error is the answer's
         error = per_member[0][2] if error == 0 and per_member else error
-        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error))
-    return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error), members=tuple(
-        make(m.MemberResponse, member_id=mid, group_instance_id=iid, error_code=ErrorCode(e))
+        return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error)
+    return make(m.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=error, members=tuple(
+        make(m.MemberResponse, member_id=mid, group_instance_id=iid, error_code=e)
         for mid, iid, e in per_member))

@@ -4,8 +4,9 @@ timestamp, each answered by the partition's owner."""
 
 import asyncio
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.partitions import ListedOffset
 from hpbroker.workers.peers import PeerUnavailable
 
 API_KEY = 2
@@ -14,11 +15,11 @@ API_KEY = 2
 async def _one(ctx, topic, partition):
     info = ctx.topics.get(topic, partition.partition_index)
     if info is None or not 0 <= partition.partition_index < info.partitions:
-        return ErrorCode.unknown_topic_or_partition.value, -1, -1, -1
+        return ListedOffset(ErrorCode.unknown_topic_or_partition)
     try:
         return await ctx.call_owner(topic, partition.partition_index, "list_offset", partition.timestamp)
     except PeerUnavailable:
-        return ErrorCode.not_leader_or_follower.value, -1, -1, -1
+        return ListedOffset(ErrorCode.not_leader_or_follower)
 
 
 async def handle(ctx, header, request):
@@ -26,9 +27,10 @@ async def handle(ctx, header, request):
     work = [(t.name, p) for t in request.topics for p in t.partitions]
     results = await asyncio.gather(*(_one(ctx, topic, p) for topic, p in work))
     by_topic: dict[str, list] = {}
-    for (topic, p), (error, offset, timestamp, epoch) in zip(work, results):
+    for (topic, p), listed in zip(work, results):
         by_topic.setdefault(topic, []).append(make(
-            m.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=ErrorCode(error),
-            timestamp=timestamp, offset=offset, leader_epoch=epoch, old_style_offsets=(offset,)))
+            m.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=listed.error,
+            timestamp=listed.timestamp, offset=listed.offset, leader_epoch=listed.leader_epoch,
+            old_style_offsets=(listed.offset,)))
     topics = tuple(make(m.ListOffsetsTopicResponse, name=name, partitions=tuple(parts)) for name, parts in by_topic.items())
     return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=topics)

@@ -3,7 +3,7 @@ created on first mention (``auto.create.topics.enable``, ``num.partitions``)."""
 
 import logging
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -30,10 +30,10 @@ def _auto_create(ctx, name):
     try:
         return ctx.topics.create(name, ctx.config["num.partitions"]), ErrorCode.none
     except TopicError as exc:
-        if exc.code == 36:  # created meanwhile by another client
+        if exc.code == ErrorCode.topic_already_exists:  # created meanwhile by another client
             return ctx.topics.get(name), ErrorCode.none
         log.info("auto-creating topic %r refused: %s", name, exc)
-        return None, ErrorCode(exc.code)
+        return None, exc.code
 
 
 async def handle(ctx, header, request):

@@ -3,7 +3,7 @@ coordinator, appended to ``__consumer_offsets``, answered per partition.
 Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as
 Kafka's KafkaApis filters them before the coordinator)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -32,5 +32,5 @@ async def handle(ctx, header, request):
     for t in request.topics:
         topics.append(make(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
             make(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=ErrorCode(results[(t.name, p.partition_index)])) for p in t.partitions)))
+                 error_code=results[(t.name, p.partition_index)]) for p in t.partitions)))
     return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

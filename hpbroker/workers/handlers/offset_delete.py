@@ -1,7 +1,7 @@
 """OffsetDelete (47): drop a group's committed offsets for some partitions,
 unless the (live) group subscribes to the topic (GROUP_SUBSCRIBED_TO_TOPIC)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -16,6 +16,6 @@ async def handle(ctx, header, request):
     by_topic: dict[str, list] = {}
     for topic, partition, e in rows:
         by_topic.setdefault(topic, []).append(
-            make(m.OffsetDeleteResponsePartition, partition_index=partition, error_code=ErrorCode(e)))
-    return make(m.OffsetDeleteResponse, error_code=ErrorCode(error), throttle_time=NO_THROTTLE, topics=tuple(
+            make(m.OffsetDeleteResponsePartition, partition_index=partition, error_code=e))
+    return make(m.OffsetDeleteResponse, error_code=error, throttle_time=NO_THROTTLE, topics=tuple(
         make(m.OffsetDeleteResponseTopic, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))

@@ -5,7 +5,7 @@ error is repeated on every partition."""
 
 import asyncio
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -26,7 +26,7 @@ def _topics(m, rows, topic_cls, partition_cls):
     for topic, partition, offset, epoch, metadata, error in rows:
         by_topic.setdefault(topic, []).append(make(
             partition_cls, partition_index=partition, committed_offset=offset, committed_leader_epoch=epoch,
-            metadata=metadata, error_code=ErrorCode(error)))
+            metadata=metadata, error_code=error))
     return tuple(make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items())
 
 
@@ -36,9 +36,9 @@ async def handle(ctx, header, request):
     if hasattr(request, "groups"):  # v8+
         answers = await asyncio.gather(*(_fetch(ctx, g.group_id, g.topics, require_stable) for g in request.groups))
         return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(
-            make(m.OffsetFetchResponseGroup, group_id=g.group_id, error_code=ErrorCode(error),
+            make(m.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                  topics=_topics(m, rows, m.OffsetFetchResponseTopics, m.OffsetFetchResponsePartitions))
             for g, (error, rows) in zip(request.groups, answers)))
     error, rows = await _fetch(ctx, request.group_id, request.topics, require_stable)
-    return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error),
+    return make(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                 topics=_topics(m, rows, m.OffsetFetchResponseTopic, m.OffsetFetchResponsePartition))

@@ -1,7 +1,7 @@
 """SyncGroup (14): the leader hands in the assignment, every member gets its
 own share once the leader has (followers wait for it)."""
 
-from hpbroker.protocol import ErrorCode
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -17,5 +17,5 @@ async def handle(ctx, header, request):
     if result is None:
         result = (ErrorCode.coordinator_not_available, None, None, b"")
     error, protocol_type, protocol_name, assignment = result
-    return make(m.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode(error),
+    return make(m.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=error,
                 protocol_type=protocol_type, protocol_name=protocol_name, assignment=assignment)
