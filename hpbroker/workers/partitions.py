@@ -1,8 +1,9 @@
 """What the owning worker does for its partitions (the single writer).
 
-Every method takes plain values and returns a small named tuple of plain
-values (the result types below), so the same call works in-process and
-through the intra-broker channel (``peers``), which pickles it.  Reads return
+Every method other workers may call (``REMOTE_METHODS``) takes plain values
+and answers with plain values, most with a named tuple (the result types
+below), so the same call works in-process and through the intra-broker
+channel (``peers``), which pickles it.  Reads return
 where the batches are (segment path, position, size) rather than the bytes:
 the worker that holds the client's socket sends them with ``sendfile``
 itself, so bytes never cross the channel on the read path.
