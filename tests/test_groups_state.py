@@ -17,7 +17,8 @@ from hpbroker import errors as E
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig, LoopClock, now_ms
+from hpbroker.clock import now_ms
+from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig, LoopClock
 from hpbroker.workers.partitions import PartitionService
 from hpbroker.workers.topics import TopicRegistry
 
@@ -381,17 +382,15 @@ def make_coordinator(tmp_path, **overrides):
     log_dir = str(tmp_path / "logs")
     os.makedirs(log_dir, exist_ok=True)
     topics = TopicRegistry([log_dir], LogConfig())
-    logs = LogManager([log_dir], LogConfig(), topic_config=topics.topic_configs).open(clean_shutdown=True)
+    logs = LogManager([log_dir], LogConfig(), config_for=topics.config_for).open(clean_shutdown=True)
     service = PartitionService(logs, topics)
-    service.groups = GroupCoordinator(service, topics, config, 0, 1)
-    return service, topics, logs
+    return GroupCoordinator(service, topics, config, 0, 1), topics, logs
 
 
 def test_commits_and_group_metadata_survive_a_reload(tmp_path):
     async def first():
-        service, topics, logs = make_coordinator(tmp_path)
+        c, topics, logs = make_coordinator(tmp_path)
         topics.create("events", 2)
-        c = service.groups
         j = await c.join_group("g", "", None, "cli", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
         await c.sync_group("g", 1, j[5], None, None, None, [(j[5], b"assign")])
         assert c.offset_commit("g", 1, j[5], None, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)], 9) \
@@ -409,8 +408,7 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
         return j[5]
 
     async def second(member_id):
-        service, topics, logs = make_coordinator(tmp_path)
-        c = service.groups
+        c, topics, logs = make_coordinator(tmp_path)
         c.start()
         assert c.offset_fetch("g", None, False)[0] == E.COORDINATOR_LOAD_IN_PROGRESS
         await until(lambda: c.offset_fetch("g", None, False)[0] != E.COORDINATOR_LOAD_IN_PROGRESS)
@@ -431,9 +429,8 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
 
 def test_offset_delete_and_expiry(tmp_path):
     async def scenario():
-        service, topics, logs = make_coordinator(tmp_path, **{"offsets.retention.minutes": "1"})
+        c, topics, logs = make_coordinator(tmp_path, **{"offsets.retention.minutes": "1"})
         topics.create("events", 1)
-        c = service.groups
         c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9)
         c.offset_commit("h", -1, "", None, [("events", 0, 1, -1, "")], 9)
         assert c.offset_delete("g", [("events", 0)]) == (E.NONE, [("events", 0, E.NONE)])
@@ -449,8 +446,7 @@ def test_offset_delete_and_expiry(tmp_path):
 
 def test_session_timeout_bounds_and_ownership(tmp_path):
     async def scenario():
-        service, topics, logs = make_coordinator(tmp_path)
-        c = service.groups
+        c, topics, logs = make_coordinator(tmp_path)
         assert (await c.join_group("g", "", None, "c", "/h", 10, 10, "consumer", PROTOCOLS, True))[0] \
             == E.INVALID_SESSION_TIMEOUT
         assert (await c.join_group("g", "unknown", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, True))[0] \

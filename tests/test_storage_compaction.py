@@ -436,8 +436,10 @@ def test_a_crash_in_the_middle_of_a_multi_segment_group(tmp_path, monkeypatch):
 # --- checkpoint, manager and threads --------------------------------------------------
 
 def _manager(root, **config) -> LogManager:
-    return LogManager([str(root)], compact_config(cleanup_policy="delete", **config),
-                      topic_config=lambda topic: {"cleanup.policy": "compact"} if topic == "keyed" else {}).open()
+    defaults = compact_config(cleanup_policy="delete", **config)
+    keyed = defaults.with_overrides({"cleanup.policy": "compact"})
+    return LogManager([str(root)], defaults,
+                      config_for=lambda topic: keyed if topic == "keyed" else defaults).open()
 
 
 def test_the_cleaner_checkpoint_is_written_and_used(tmp_path):

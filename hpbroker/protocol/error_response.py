@@ -25,7 +25,7 @@ import datetime
 import uuid
 from types import SimpleNamespace
 
-from kio.schema.errors import ErrorCode
+from hpbroker.errors import ErrorCode
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 from kio.serial._introspect import get_field_tag, get_schema_field_type
 

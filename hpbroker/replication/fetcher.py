@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from kio.schema.errors import ErrorCode
+from hpbroker.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
                                                            OffsetForLeaderTopic)

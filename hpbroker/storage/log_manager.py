@@ -28,10 +28,11 @@ import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from hpbroker.clock import now_ms
 from hpbroker.storage import checkpoints, cleaner, cleaner_plan, filenames
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import StorageError
-from hpbroker.storage.log import Log, now_ms
+from hpbroker.storage.log import Log
 from hpbroker.storage.log_dir_roots import LogDirRoots
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class LogManager:
         *,
         broker_id: int = 0,
         cluster_id: str | None = None,
-        topic_config=None,
+        config_for=None,
         retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
         owns=None,
@@ -62,7 +63,9 @@ class LogManager:
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.config = config or LogConfig()
         self.cluster_id = cluster_id
-        self._topic_config = topic_config or (lambda topic: {})
+        # a topic's effective settings: the broker's defaults with its overrides
+        # (the worker's TopicRegistry knows them; the default is no overrides)
+        self._config_for = config_for or (lambda topic: self.config)
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._logs: dict[tuple[str, int], Log] = {}
@@ -162,8 +165,13 @@ class LogManager:
         doomed.delete()
         return True
 
-    def _config_for(self, topic: str) -> LogConfig:
-        return self.config.with_overrides(self._topic_config(topic))
+    def reconfigure(self) -> None:
+        """Give every open log its effective settings again, after a topic's
+        overrides or the broker's defaults changed (AlterConfigs, a reload)."""
+        for (topic, _partition), partition_log in self._logs.items():
+            wanted = self._config_for(topic)
+            if partition_log.config != wanted:
+                partition_log.config = wanted
 
     # --- periodic work ---------------------------------------------------------------
     def tick(self, now: int | None = None) -> None:

@@ -282,15 +282,8 @@ class PartitionService:
         self.topics.refresh()  # notice topics deleted or grown through other workers
         if self.topics.generation != self._configs_generation:
             self._configs_generation = self.topics.generation
-            self._apply_topic_configs()
+            self.logs.reconfigure()  # topic settings changed through any worker reach the open logs
         self.logs.tick(now_ms())
-
-    def _apply_topic_configs(self) -> None:
-        """Topic settings changed through any worker (AlterConfigs) reach the open logs."""
-        for (topic, _partition), partition_log in self.logs.logs().items():
-            wanted = self.topics.config_for(topic)
-            if partition_log.config != wanted:
-                partition_log.config = wanted
 
 
 def _as_v2(records):

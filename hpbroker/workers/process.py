@@ -64,7 +64,7 @@ class Worker:
         self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
-            topic_config=self.topics.topic_configs,
+            config_for=self.topics.config_for,
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
@@ -198,8 +198,7 @@ class Worker:
         self.ctx.config = config
         self.topics.log_config = config.log
         self.logs.config = config.log
-        for (topic, _partition), partition_log in self.logs.logs().items():
-            partition_log.config = config.log.with_overrides(self.topics.topic_configs(topic))
+        self.logs.reconfigure()
         log.info("worker %d applied the reloaded log settings", self.index)
 
     def _adopt(self, fd: int) -> None:

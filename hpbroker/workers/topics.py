@@ -66,6 +66,7 @@ class TopicRegistry:
     def __init__(self, log_dirs: list[str], log_config: LogConfig):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.log_config = log_config
+        self._effective: dict[str, tuple] = {}  # name -> (defaults, overrides, their LogConfig)
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._stamp = None
@@ -194,14 +195,18 @@ class TopicRegistry:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
     def config_for(self, name: str) -> LogConfig:
-        info = self._topics.get(name)
-        return self.log_config.with_overrides(info.configs if info else {})
-
-    def topic_configs(self, name: str) -> dict:
-        """Callback for LogManager: a topic's override keys."""
+        """A topic's effective log settings, the one place they are computed:
+        the broker's defaults with the topic's overrides, as last written by
+        any worker."""
         self.refresh()
         info = self._topics.get(name)
-        return dict(info.configs) if info else {}
+        overrides = info.configs if info else {}
+        cached = self._effective.get(name)
+        # parsed once per (defaults, overrides) pair: produce asks per partition
+        if cached is None or cached[0] is not self.log_config or cached[1] is not overrides:
+            cached = (self.log_config, overrides, self.log_config.with_overrides(overrides))
+            self._effective[name] = cached
+        return cached[2]
 
     # --- changing ------------------------------------------------------------
     @contextlib.contextmanager

@@ -20,13 +20,14 @@ import asyncio
 import logging
 
 from hpbroker import errors as E
+from hpbroker.clock import now_ms
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
 from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
-from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig, now_ms
+from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
 from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)

@@ -371,7 +371,6 @@ class Group:
             return E.ILLEGAL_GENERATION
         return E.NONE
 
-    _check_member = check_member  # the name the coordinator still calls
 
     async def sync(self, member_id, instance_id, generation, protocol_type, protocol_name, assignments) -> tuple:
         """(error, protocol type, protocol name, assignment)."""
