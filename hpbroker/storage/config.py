@@ -105,6 +105,10 @@ _KEYS = (
     _Key("message_format_version", "message.format.version", "log.message.format.version", format_version.parse),
     _Key("min_compaction_lag_ms", "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
     _Key("max_compaction_lag_ms", "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, 1),
+    # Replication (cluster mode): acks=all needs this many in-sync replicas; a
+    # replica outside the ISR may lead only when unclean election is allowed.
+    _Key("min_insync_replicas", "min.insync.replicas", "min.insync.replicas", int, 1),
+    _Key("unclean_leader_election", "unclean.leader.election.enable", "unclean.leader.election.enable", _parse_bool),
     # The offset map's memory per cleaning pass (Kafka splits it over its cleaner threads).
     _Key("cleaner_dedupe_buffer_size", None, "log.cleaner.dedupe.buffer.size", int, 1024 * 1024),
     _Key("cleaner_backoff_ms", None, "log.cleaner.backoff.ms", int, 0),
@@ -147,6 +151,8 @@ class LogConfig:
     message_format_version: str = format_version.DEFAULT  # accepted, ignored (Kafka 3.x)
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
+    min_insync_replicas: int = 1
+    unclean_leader_election: bool = False
     cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     cleaner_backoff_ms: int = 15_000
     producer_id_expiration_ms: int = DAY_MS

@@ -111,3 +111,21 @@ def test_list_offsets_and_offsets_for_times(broker):
     specs = {ck.TopicPartition(topic, 0): OffsetSpec.max_timestamp()}
     result = admin.list_offsets(specs, request_timeout=10)[ck.TopicPartition(topic, 0)].result(10)
     assert (result.offset, result.timestamp) == (4, stamps[4])
+
+
+def test_acks_all_needs_min_insync_replicas(broker):
+    """A lone broker's ISR is one replica: a topic asking for two in sync
+    refuses acks=all with NOT_ENOUGH_REPLICAS (nothing appended) and takes acks=1."""
+    topic = topic_name("min-isr")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([ck.admin.NewTopic(topic, 1, config={"min.insync.replicas": "2"})])[topic].result(30)
+    errors = []
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "message.timeout.ms": 2000,
+                            "retry.backoff.ms": 100})
+    producer.produce(topic, value=b"refused", partition=0, on_delivery=lambda e, m: errors.append(e))
+    assert producer.flush(30) == 0
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() in (ck.KafkaError.NOT_ENOUGH_REPLICAS, ck.KafkaError._MSG_TIMED_OUT)
+    assert ck_produce(broker.bootstrap, topic, [{"value": b"taken", "partition": 0}], acks=1) == [(0, 0)]
+    got = ck_consume(broker.bootstrap, topic, [0], 1)
+    assert [(r.offset, r.value) for r in got] == [(0, b"taken")]

@@ -22,13 +22,22 @@ def _append_time(ms: int):
 _UNAVAILABLE = AppendResult(ErrorCode.not_leader_or_follower)
 
 
-async def _append_all(ctx, work) -> list:
+# A standalone broker's every partition has one replica, so its ISR is one.
+IN_SYNC_REPLICAS = 1
+
+
+async def _append_all(ctx, work, acks: int) -> list:
     """Append each partition's batches through its owner, one call per owner."""
     results, calls, slots = [], [], []
     for topic, partition, records in work:
         info = ctx.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
             results.append(AppendResult(ErrorCode.unknown_topic_or_partition))
+        elif acks == -1 and ctx.topics.config_for(topic).min_insync_replicas > IN_SYNC_REPLICAS:
+            # as Kafka: acks=all is refused, before appending, while fewer
+            # replicas are in sync than the topic's min.insync.replicas
+            results.append(AppendResult(ErrorCode.not_enough_replicas, message=(
+                f"{topic}-{partition} has {IN_SYNC_REPLICAS} in-sync replica, below min.insync.replicas")))
         elif records is None:
             results.append(AppendResult(ErrorCode.corrupt_message, message="no records"))
         else:
@@ -49,7 +58,7 @@ async def handle(ctx, header, request):
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     else:
-        results = await _append_all(ctx, work)
+        results = await _append_all(ctx, work, acks)
     if acks == 0:
         return None  # Kafka sends no response at all
     m = response_module(API_KEY, header.api_version)
