@@ -96,50 +96,41 @@ class ImageWatcher:
             DataWatch(self.client, znodes.broker_path(broker_id), self._broker_watch(broker_id))
         return True
 
-    def _broker_watch(self, broker_id: int):
-        def on_data(data, _stat) -> bool:
-            with self._lock:
-                if self._stopped:
-                    return False
-                if data is None:
-                    self._brokers.pop(broker_id, None)
-                    # keep watching: a restarted broker registers under the same id
-                else:
-                    try:
-                        self._brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data)
-                    except znodes.ZnodeFormatError as exc:
-                        log.error("ignoring broker %d's registration: %s", broker_id, exc)
-                self._changed()
-            return True
-        return on_data
-
-    def _on_controller(self, data, _stat) -> bool:
+    def _update(self, change) -> bool:
+        """Apply ``change`` to the state under the lock and wake the waiters;
+        False, which ends the watch, once stopped."""
         with self._lock:
             if self._stopped:
                 return False
+            change()
+            self._changed()
+        return True
+
+    def _broker_watch(self, broker_id: int):
+        def change(data) -> None:
+            if data is None:
+                self._brokers.pop(broker_id, None)  # keep watching: a restarted broker registers again
+                return
+            try:
+                self._brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring broker %d's registration: %s", broker_id, exc)
+        return lambda data, _stat: self._update(lambda: change(data))
+
+    def _on_controller(self, data, _stat) -> bool:
+        def change() -> None:
             try:
                 self._controller = znodes.decode_controller(data) if data else NO_CONTROLLER
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring %s: %s", znodes.CONTROLLER, exc)
                 self._controller = NO_CONTROLLER
-            self._changed()
-        return True
+        return self._update(change)
 
     def _on_deleting(self, children: list[str]) -> bool:
-        with self._lock:
-            if self._stopped:
-                return False
-            self._deleting = frozenset(children)
-            self._changed()
-        return True
+        return self._update(lambda: setattr(self, "_deleting", frozenset(children)))
 
     def _on_shutting_down(self, children: list[str]) -> bool:
-        with self._lock:
-            if self._stopped:
-                return False
-            self._shutting_down = frozenset(int(c) for c in children if c.isdigit())
-            self._changed()
-        return True
+        return self._update(lambda: setattr(self, "_shutting_down", frozenset(int(c) for c in children if c.isdigit())))
 
     def _on_topics(self, children: list[str]) -> bool:
         with self._lock:
@@ -181,34 +172,26 @@ class ImageWatcher:
         return on_data
 
     def _state_watch(self, topic: str, partition: int):
-        def on_data(data, stat) -> bool:
-            with self._lock:
-                if self._stopped or (topic, partition) not in self._watched_states:
-                    return False
-                if data is None:
-                    self._states.pop((topic, partition), None)
-                else:
-                    try:
-                        self._states[(topic, partition)] = znodes.PartitionState.decode(
-                            topic, partition, data, stat.version)
-                    except znodes.ZnodeFormatError as exc:
-                        log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
-                self._changed()
-            return True
-        return on_data
+        key = (topic, partition)
+
+        def change(data, stat) -> None:
+            if data is None:
+                self._states.pop(key, None)
+                return
+            try:
+                self._states[key] = znodes.PartitionState.decode(topic, partition, data, stat.version)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
+        # a watch of a deleted topic's partition ends (its topic watch forgot it)
+        return lambda data, stat: key in self._watched_states and self._update(lambda: change(data, stat))
 
     def _config_watch(self, topic: str):
-        def on_data(data, _stat) -> bool:
-            with self._lock:
-                if self._stopped or topic not in self._watched_topics:
-                    return False
-                if data is None:
-                    self._configs.pop(topic, None)
-                else:
-                    try:
-                        self._configs[topic] = znodes.decode_topic_config(topic, data)
-                    except znodes.ZnodeFormatError as exc:
-                        log.error("ignoring topic %s's config: %s", topic, exc)
-                self._changed()
-            return True
-        return on_data
+        def change(data) -> None:
+            if data is None:
+                self._configs.pop(topic, None)
+                return
+            try:
+                self._configs[topic] = znodes.decode_topic_config(topic, data)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring topic %s's config: %s", topic, exc)
+        return lambda data, _stat: topic in self._watched_topics and self._update(lambda: change(data))
