@@ -179,14 +179,22 @@ class TopicRegistry:
         is not known yet: another worker may have just created it."""
         found = self._topics.get(name)
         if found is None or partition >= found.partitions:
-            self.refresh()
+            self._look_again()
             found = self._topics.get(name)
         return found
+
+    def _look_again(self) -> None:
+        """A name this worker does not know: rescan, waiting for a creation in
+        progress in another worker to finish.  Neither the stamp (directory
+        mtimes move in clock ticks of milliseconds) nor a scan skipped while
+        the lock is taken may decide it: an acks=0 record for a topic
+        auto-created a moment ago would be dropped without an answer."""
+        self.refresh(force=True, wait=True)
 
     def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         found = self._by_id.get(topic_id)
         if found is None:
-            self.refresh()
+            self._look_again()
             found = self._by_id.get(topic_id)
         return found
 
