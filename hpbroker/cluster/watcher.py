@@ -13,6 +13,7 @@ import logging
 import threading
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from hpbroker.cluster import znodes
@@ -75,6 +76,29 @@ class ImageWatcher:
         """Wake whoever waits on the image (work that is not a ZooKeeper change)."""
         with self._lock:
             self._changed()
+
+    def reread_states(self) -> None:
+        """Read every watched partition state again (blocking): after a
+        reconnect, before trusting the image for leadership."""
+        with self._lock:
+            keys = sorted(self._watched_states)
+        read = {}
+        for key in keys:
+            try:
+                data, stat = self.client.get(znodes.partition_state_path(*key))
+            except NoNodeError:
+                continue
+            try:
+                read[key] = znodes.PartitionState.decode(*key, data, stat.version)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring the state of %s-%d: %s", *key, exc)
+
+        def change() -> None:
+            for key, state in read.items():
+                current = self._states.get(key)
+                if key in self._watched_states and (current is None or current.zk_version <= state.zk_version):
+                    self._states[key] = state
+        self._update(change)
 
     def _changed(self) -> None:
         # caller holds the lock

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,7 +67,11 @@ class Followed:
     leader_epoch: int
     log: FollowerLog
     truncated: bool = False  # done once per leader epoch
-    stalled: bool = False  # the leader disowned it: wait for a role change
+    stalled_until: float = 0.0  # the leader disowned it: ask again after a back-off (or a role change)
+
+    @property
+    def stalled(self) -> bool:
+        return self.stalled_until > time.monotonic()
 
 
 def last_epoch(partition_log: FollowerLog) -> int:
@@ -111,8 +116,14 @@ class ReplicaFetcher:
         while True:
             active = [f for f in self.partitions.values() if not f.stalled]
             if not active:
+                # the leader may learn of its role after us: ask again after the back-off
+                wake = min((f.stalled_until for f in self.partitions.values()), default=None)
                 self._changed.clear()
-                await self._changed.wait()
+                try:
+                    await asyncio.wait_for(self._changed.wait(),
+                                           None if wake is None else max(0.0, wake - time.monotonic()))
+                except asyncio.TimeoutError:
+                    pass
                 continue
             try:
                 connection = await self._connect()
@@ -138,6 +149,10 @@ class ReplicaFetcher:
             self._connection = await ClientConnection.open(
                 *self.address, client_id=f"broker-{self.settings.broker_id}-fetcher-{self.leader_id}")
         return self._connection
+
+    def _stall(self, followed: Followed) -> None:
+        followed.stalled_until = time.monotonic() + self.settings.backoff_ms / 1000
+        followed.truncated = False  # whoever leads next, find the common point with it first
 
     def _drop_connection(self) -> None:
         if self._connection is not None:
@@ -166,7 +181,7 @@ class ReplicaFetcher:
                     continue
                 error, leader_epoch, leader_end = answer
                 if error in _NOT_OUR_LEADER:
-                    followed.stalled = True
+                    self._stall(followed)
                     continue
                 if error != ErrorCode.none:
                     continue  # retried with the next round of the loop
@@ -244,7 +259,7 @@ class ReplicaFetcher:
     def _apply(self, followed: Followed, data) -> None:
         error = data.error_code
         if error in _NOT_OUR_LEADER:
-            followed.stalled = True
+            self._stall(followed)
             return
         if error == ErrorCode.offset_out_of_range:
             followed.truncated = False  # find the common point again

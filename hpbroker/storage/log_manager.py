@@ -57,6 +57,7 @@ class LogManager:
         owns=None,
         manage_root: bool = True,
         background_checkpoints: bool = False,
+        replicated: bool = False,
     ):
         if not log_dirs:
             raise StorageError("log.dirs is empty")
@@ -80,6 +81,9 @@ class LogManager:
         self.root = LogDirRoots(log_dirs, broker_id=broker_id, cluster_id=cluster_id) if manage_root else None
         self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
         self._cleaner_thread: cleaner.CleanerThread | None = None
+        # One of several replicas: a log's high watermark is what the leader
+        # confirmed, restored from replication-offset-checkpoint, not its end.
+        self.replicated = replicated
 
     # --- start and stop ------------------------------------------------------------
     def open(self, clean_shutdown: bool | None = None) -> "LogManager":
@@ -100,6 +104,7 @@ class LogManager:
         recovery_points = _read_checkpoint(os.path.join(log_dir, filenames.RECOVERY_POINT_CHECKPOINT))
         start_offsets = _read_checkpoint(os.path.join(log_dir, filenames.LOG_START_OFFSET_CHECKPOINT))
         cleaner_offsets = _read_checkpoint(os.path.join(log_dir, filenames.CLEANER_OFFSET_CHECKPOINT))
+        high_watermarks = _read_checkpoint(os.path.join(log_dir, filenames.REPLICATION_OFFSET_CHECKPOINT))
         for name in sorted(os.listdir(log_dir)):
             path = os.path.join(log_dir, name)
             if name.endswith(filenames.DELETE_DIR_SUFFIX) and os.path.isdir(path):
@@ -119,6 +124,9 @@ class LogManager:
                 clean_shutdown=clean,
                 cleaner_offset=cleaner_offsets.get(parsed),
             )
+            if self.replicated:
+                self._logs[parsed].high_watermark = max(high_watermarks.get(parsed, 0),
+                                                        self._logs[parsed].log_start_offset)
             self._dir_of[parsed] = log_dir
 
     def close(self) -> None:
@@ -153,6 +161,8 @@ class LogManager:
             self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         path = os.path.join(log_dir, name)
         created = Log.open(path, topic, partition, self._config_for(topic), topic_id=topic_id or checkpoints.new_kafka_uuid())
+        if self.replicated:
+            created.high_watermark = created.log_start_offset  # nothing confirmed yet
         self._logs[key], self._dir_of[key] = created, log_dir
         return created
 
@@ -212,12 +222,13 @@ class LogManager:
 
     def write_high_watermarks(self) -> None:
         """``replication-offset-checkpoint``: each partition's high watermark (with
-        one replica, the written offset), which readers of the directory, such
+        one replica, the written offset), which a replica starts from after a
+        restart and which readers of the directory, such
         as the Spark source, treat as the end of what consumers may see."""
         for log_dir in self.log_dirs:
             self._write_checkpoint(
                 os.path.join(log_dir, filenames.REPLICATION_OFFSET_CHECKPOINT),
-                {k: v.written_offset for k, v in list(self._logs.items()) if self._dir_of.get(k) == log_dir},
+                {k: v.high_watermark for k, v in list(self._logs.items()) if self._dir_of.get(k) == log_dir},
             )
 
     def write_cleaner_checkpoint(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import partition_owner
+from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
 from hpbroker.workers.peers import PeerClient, PeerUnavailable, RemoteServices
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
@@ -104,7 +105,8 @@ class SegmentFiles:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: TopicRegistry, services: RemoteServices, peers: PeerClient):
+                 topics: TopicRegistry, services: RemoteServices, peers: PeerClient, *, cluster=None,
+                 producer_ids=None):
         self.config = config
         self.index = index
         self.workers = workers
@@ -113,7 +115,9 @@ class WorkerContext:
         self.services = services  # this worker's, the same its PeerServer serves
         self.peers = peers
         self.segment_files = SegmentFiles()
-        self.producer_ids = ProducerIdAllocator(topics.log_dirs[0])
+        self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])
+        # who leads what, who coordinates a group: this broker alone, or the cluster image
+        self.cluster = cluster or StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port))
         self.bytes_in = 0  # request bytes read from clients, for the acceptor's status line
         self.bytes_out = 0
 

@@ -45,6 +45,7 @@ class AppendResult(NamedTuple):
     log_append_time: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    end_offset: int = -1  # one past the batch's last offset: what acks=all waits for
 
 
 class LocateResult(NamedTuple):
@@ -95,12 +96,15 @@ class PartitionService:
     # what other workers may ask of the owner, one at a time or in a ``batch``.
     PARTITION_METHODS = frozenset({"append", "locate", "list_offset", "offsets", "end_offset_for_epoch",
                                    "delete_records", "delete_partition"})
-    REMOTE_METHODS = PARTITION_METHODS | {"batch", "wait_any"}
+    REMOTE_METHODS = PARTITION_METHODS | {"batch", "wait_any", "wait_replicated"}
 
-    def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0):
+    def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0, replicas=None):
         self.logs = logs
         self.topics = topics
-        self.leader_epoch = leader_epoch
+        self.leader_epoch = leader_epoch  # standalone: every partition's, for good
+        # cluster mode: the ReplicaManager, which says what this broker leads,
+        # at which epoch, and where the high watermark is
+        self.replicas = replicas
         self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
         self._configs_generation = topics.generation
         # a client retrying into a full disk, or resending a bad batch, fails
@@ -111,7 +115,7 @@ class PartitionService:
         """This worker's open ``Log`` of the partition (opened on first use), or
         None when the partition does not exist."""
         found = self.logs.get_log(topic, partition)
-        if found is not None:
+        if found is not None or self.replicas is not None:  # a cluster's replicas are made by their roles
             return found
         # Topics are created with all their partition directories, so one that
         # is missing belongs to a topic being deleted (perhaps through another
@@ -124,13 +128,43 @@ class PartitionService:
             return None
         return self.logs.get_or_create_log(topic, partition, topic_id=info.topic_id)
 
+    # --- roles -----------------------------------------------------------------
+    def _missing(self, topic: str) -> ErrorCode:
+        """No log here: in a cluster, a partition of a known topic is another broker's."""
+        if self.replicas is not None and self.topics.get(topic) is not None:
+            return ErrorCode.not_leader_or_follower
+        return ErrorCode.unknown_topic_or_partition
+
+    def _not_leading(self, topic: str, partition: int) -> bool:
+        return self.replicas is not None and not self.replicas.leads(topic, partition)
+
+    def _epoch(self, topic: str, partition: int) -> int:
+        return self.leader_epoch if self.replicas is None else self.replicas.leader_epoch(topic, partition)
+
+    def _epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> ErrorCode | None:
+        """A request naming a leader epoch other than ours is behind
+        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH), as Kafka answers."""
+        epoch = self._epoch(topic, partition)
+        if current_leader_epoch < 0 or current_leader_epoch == epoch:
+            return None
+        return ErrorCode.fenced_leader_epoch if current_leader_epoch < epoch else ErrorCode.unknown_leader_epoch
+
     # --- writing ---------------------------------------------------------------
-    def append(self, topic: str, partition: int, records) -> AppendResult:
+    def append(self, topic: str, partition: int, records, acks: int = 1) -> AppendResult:
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return AppendResult(ErrorCode.unknown_topic_or_partition)
+            return AppendResult(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return AppendResult(ErrorCode.not_leader_or_follower)
+        in_sync = 1 if self.replicas is None else self.replicas.isr_size(topic, partition)
+        if acks == -1 and self.topics.config_for(topic).min_insync_replicas > in_sync:
+            # as Kafka: acks=all is refused, before appending, while fewer
+            # replicas are in sync than the topic's min.insync.replicas
+            return AppendResult(ErrorCode.not_enough_replicas, log_start_offset=partition_log.log_start_offset,
+                                message=f"{topic}-{partition} has {in_sync} in-sync replica(s), below "
+                                        f"min.insync.replicas")
         try:
-            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
+            info = partition_log.append(_as_v2(records), leader_epoch=self._epoch(topic, partition))
         except CorruptRecordError as exc:  # a legacy message set that does not decode
             return self._rejected_append(topic, partition, partition_log, ErrorCode.corrupt_message, exc)
         except StorageError as exc:
@@ -140,9 +174,12 @@ class PartitionService:
                                "produce to %s-%d failed writing: %s", topic, partition, exc)
             return AppendResult(ErrorCode.kafka_storage_error, log_start_offset=partition_log.log_start_offset,
                                 message=str(exc))
-        self._wake(topic, partition)
+        self.wake(topic, partition)  # replica fetches waiting on this partition
+        if self.replicas is not None:
+            self.replicas.advance(topic, partition)  # an ISR of one: the high watermark moves now
         observe.appended(topic, info.size, info.records)
-        return AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, partition_log.log_start_offset)
+        return AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, partition_log.log_start_offset,
+                            end_offset=info.last_offset + 1)
 
     def _rejected_append(self, topic, partition, partition_log, error: ErrorCode, exc: Exception) -> AppendResult:
         self._rejected.log(logging.WARNING, (topic, partition, error), "produce to %s-%d rejected: %s",
@@ -157,10 +194,21 @@ class PartitionService:
         run = getattr(self, method)
         return [run(*args) for args in calls]
 
-    async def wait_any(self, wanted: list, timeout_s: float) -> bool:
+    async def wait_replicated(self, wanted: list, timeout_s: float) -> list:
+        """acks=all: for each ``(topic, partition, end_offset)``, an ErrorCode
+        once the high watermark passed it (standalone: at once, the one replica
+        has it)."""
+        if self.replicas is None:
+            return [ErrorCode.none] * len(wanted)
+        return list(await asyncio.gather(*(
+            self.replicas.wait_replicated(t, p, end, self.topics.config_for(t).min_insync_replicas, timeout_s)
+            for t, p, end in wanted)))
+
+    async def wait_any(self, wanted: list, timeout_s: float, replica: bool = False) -> bool:
         """True once any ``(topic, partition, offset)`` has data at or beyond
-        its offset; False after ``timeout_s``."""
-        waits = [asyncio.ensure_future(self.wait_beyond(t, p, offset, timeout_s)) for t, p, offset in wanted]
+        its offset (below the high watermark, unless a ``replica`` asks);
+        False after ``timeout_s``."""
+        waits = [asyncio.ensure_future(self.wait_beyond(t, p, offset, timeout_s, replica)) for t, p, offset in wanted]
         if not waits:
             return False
         done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
@@ -168,24 +216,34 @@ class PartitionService:
             wait.cancel()
         return any(w.result() for w in done if not w.cancelled() and w.exception() is None)
 
-    def _wake(self, topic: str, partition: int) -> None:
+    def wake(self, topic: str, partition: int) -> None:
+        """Long polls on the partition look again (new data, a new high watermark, a deletion)."""
         for future in self._waiters.pop((topic, partition), ()):
             if not future.done():
                 future.set_result(True)
 
     # --- reading ---------------------------------------------------------------
-    def locate(self, topic: str, partition: int, offset: int, max_bytes: int) -> LocateResult:
-        """Where the whole batches from ``offset`` are, up to the high watermark.
-        The file identity lets the sender make sure it reads the file these
-        positions are in, even if compaction swapped a new file in under the
-        same name meanwhile."""
+    def locate(self, topic: str, partition: int, offset: int, max_bytes: int, replica_id: int = -1,
+               current_leader_epoch: int = -1) -> LocateResult:
+        """Where the whole batches from ``offset`` are, up to the high watermark
+        (a follower, ``replica_id`` >= 0, reads to the log end, and its fetch
+        offset tells the leader how far it got).  The file identity lets the
+        sender make sure it reads the file these positions are in, even if
+        compaction swapped a new file in under the same name meanwhile."""
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return LocateResult(ErrorCode.unknown_topic_or_partition)
-        hw = partition_log.written_offset
+            return LocateResult(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return LocateResult(ErrorCode.not_leader_or_follower)
+        fenced = self._epoch_error(topic, partition, current_leader_epoch)
+        if fenced is not None:
+            return LocateResult(fenced)
+        if replica_id >= 0 and self.replicas is not None:
+            self.replicas.follower_fetched(topic, partition, replica_id, offset)
+        hw = partition_log.high_watermark
         start = partition_log.log_start_offset
         try:
-            found = partition_log.read(offset, max_bytes)
+            found = partition_log.read(offset, max_bytes, max_offset=None if replica_id >= 0 else hw)
         except OffsetOutOfRangeError:
             return LocateResult(ErrorCode.offset_out_of_range, hw, hw, start)
         if found is None:
@@ -194,11 +252,15 @@ class PartitionService:
         return LocateResult(ErrorCode.none, hw, hw, start, found.segment.log_path, found.position, found.size,
                             (st.st_dev, st.st_ino))
 
-    async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
-        """True once the partition holds data at or beyond ``offset`` (or it
-        does now); False after ``timeout_s``.  For long-poll fetches."""
+    async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float,
+                          replica: bool = False) -> bool:
+        """True once the partition holds data at or beyond ``offset`` (below
+        the high watermark unless for a ``replica``), or it does now, or this
+        broker stopped leading it; False after ``timeout_s``.  For long polls."""
         partition_log = self.partition_log(topic, partition)
-        if partition_log is None or partition_log.written_offset > offset:
+        if partition_log is None or self._not_leading(topic, partition):
+            return True
+        if (partition_log.written_offset if replica else partition_log.high_watermark) > offset:
             return True
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault((topic, partition), []).append(future)
@@ -215,10 +277,12 @@ class PartitionService:
         """Kafka's ListOffsets for one partition."""
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return ListedOffset(ErrorCode.unknown_topic_or_partition)
-        epoch = self.leader_epoch
+            return ListedOffset(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return ListedOffset(ErrorCode.not_leader_or_follower)
+        epoch = self._epoch(topic, partition)
         if timestamp in (LATEST, LATEST_TIERED):
-            return ListedOffset(ErrorCode.none, partition_log.written_offset, -1, epoch)
+            return ListedOffset(ErrorCode.none, partition_log.high_watermark, -1, epoch)
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             return ListedOffset(ErrorCode.none, partition_log.log_start_offset, -1, epoch)
         if timestamp == MAX_TIMESTAMP:
@@ -234,9 +298,11 @@ class PartitionService:
     def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return PartitionOffsets(ErrorCode.unknown_topic_or_partition)
-        return PartitionOffsets(ErrorCode.none, partition_log.log_start_offset, partition_log.written_offset,
-                                self.leader_epoch)
+            return PartitionOffsets(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return PartitionOffsets(ErrorCode.not_leader_or_follower)
+        return PartitionOffsets(ErrorCode.none, partition_log.log_start_offset, partition_log.high_watermark,
+                                self._epoch(topic, partition))
 
     def end_offset_for_epoch(self, topic: str, partition: int, epoch: int,
                              current_leader_epoch: int = -1) -> EpochEndOffset:
@@ -245,20 +311,23 @@ class PartitionService:
         (UNKNOWN_LEADER_EPOCH), as Kafka does."""
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return EpochEndOffset(ErrorCode.unknown_topic_or_partition)
-        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
-            if current_leader_epoch < self.leader_epoch:
-                return EpochEndOffset(ErrorCode.fenced_leader_epoch)
-            return EpochEndOffset(ErrorCode.unknown_leader_epoch)
-        return EpochEndOffset(ErrorCode.none, *partition_log.end_offset_for_epoch(epoch, self.leader_epoch))
+            return EpochEndOffset(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return EpochEndOffset(ErrorCode.not_leader_or_follower)
+        fenced = self._epoch_error(topic, partition, current_leader_epoch)
+        if fenced is not None:
+            return EpochEndOffset(fenced)
+        return EpochEndOffset(ErrorCode.none, *partition_log.end_offset_for_epoch(epoch, self._epoch(topic, partition)))
 
     # --- deleting --------------------------------------------------------------
     def delete_records(self, topic: str, partition: int, offset: int) -> DeletedRecords:
         """DeleteRecords; an ``offset`` of -1 means up to the high watermark."""
         partition_log = self.partition_log(topic, partition)
         if partition_log is None:
-            return DeletedRecords(ErrorCode.unknown_topic_or_partition)
-        target = partition_log.written_offset if offset == -1 else offset
+            return DeletedRecords(self._missing(topic))
+        if self._not_leading(topic, partition):
+            return DeletedRecords(ErrorCode.not_leader_or_follower)
+        target = partition_log.high_watermark if offset == -1 else offset
         try:
             return DeletedRecords(ErrorCode.none, partition_log.delete_records_before(target))
         except OffsetOutOfRangeError:
@@ -267,7 +336,7 @@ class PartitionService:
     def delete_partition(self, topic: str, partition: int) -> ErrorCode:
         """Remove a partition of a deleted topic, open or not."""
         if self.logs.delete_log(topic, partition):
-            self._wake(topic, partition)  # long polls on it answer now
+            self.wake(topic, partition)  # long polls on it answer now
             return ErrorCode.none
         for log_dir in self.logs.log_dirs:
             path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
@@ -275,7 +344,7 @@ class PartitionService:
                 doomed = os.path.join(log_dir, filenames.delete_dir_name(topic, partition))
                 os.rename(path, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
-        self._wake(topic, partition)
+        self.wake(topic, partition)
         return ErrorCode.none
 
     def tick(self) -> None:

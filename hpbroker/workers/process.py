@@ -20,15 +20,21 @@ from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
 from hpbroker.server.logs import Throttled
-from hpbroker.server.ownership import partition_owner
+from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
+from hpbroker.cluster.worker_link import WorkerLink
+from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.workers.cluster_topics import ClusterTopics
+from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.partitions import PartitionService
 from hpbroker.workers.peers import PeerClient, PeerServer, RemoteServices
+from hpbroker.workers.producer_ids import ClusterProducerIds
+from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
@@ -61,7 +67,11 @@ class Worker:
     def boot(self) -> None:
         cfg = self.config
         observe.install()
-        self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
+        self.link = self.replicas = None
+        if cfg["zookeeper.connect"]:
+            self._join_cluster()
+        else:
+            self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,
@@ -70,12 +80,49 @@ class Worker:
             owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
             manage_root=False,
             background_checkpoints=True,
+            replicated=self.link is not None,
         ).open(clean_shutdown=self.clean_shutdown)
         self.logs.start_cleaner()  # compaction of compact topics, off the event loop
-        self.service = PartitionService(self.logs, self.topics)
-        self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers)
+        if self.link is not None:
+            self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link)
+        self.service = PartitionService(self.logs, self.topics, replicas=self.replicas)
+        self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers,
+                                       leads=self.replicas.leads if self.replicas else None)
+        if self.replicas is not None:
+            self.replicas.wake = self.service.wake
+            self.replicas.on_leadership = self._leadership_changed
         # what peers may call, and this worker's handlers the same way
         self.services = RemoteServices({"partitions": self.service, "groups": self.groups})
+
+    def _join_cluster(self) -> None:
+        """Cluster mode: this worker's own ZooKeeper session (opened after the
+        fork), and the topics as ZooKeeper holds them."""
+        cfg = self.config
+        session_ms = cfg["zookeeper.session.timeout.ms"]
+        self.link = WorkerLink(cfg["zookeeper.connect"], session_ms,
+                               cfg["zookeeper.connection.timeout.ms"] or session_ms, self.cluster_id)
+        self.link.connect()
+        self.topics = ClusterTopics(cfg.log_dirs, cfg.log, self.link,
+                                    default_replication_factor=cfg["default.replication.factor"],
+                                    offsets_replication_factor=cfg["offsets.topic.replication.factor"])
+
+    def _replica_settings(self) -> ReplicaSettings:
+        cfg = self.config
+        fetcher = FetcherSettings(cfg.broker_id, cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
+                                  cfg["replica.fetch.response.max.bytes"], cfg["replica.fetch.max.bytes"],
+                                  cfg["replica.fetch.backoff.ms"])
+        return ReplicaSettings(cfg.broker_id, cfg["replica.lag.time.max.ms"], cfg["zookeeper.session.timeout.ms"],
+                               fetcher)
+
+    def _leadership_changed(self, topic: str, partition: int, leading: bool) -> None:
+        if topic == OFFSETS_TOPIC:
+            self.groups.leadership_changed(partition, leading)
+
+    def _on_image(self, image) -> None:
+        """A new cluster image (on the event loop): topics, answers, then roles."""
+        self.topics.apply(image)
+        self.ctx.cluster.image = image
+        self.replicas.apply(image)
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -87,7 +134,16 @@ class Worker:
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
-        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.services, self.peers)
+        cluster = producer_ids = None
+        if self.link is not None:
+            cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
+            producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
+        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.services, self.peers,
+                                 cluster=cluster, producer_ids=producer_ids)
+        if self.link is not None:
+            self._on_image(self.link.image())
+            self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
+                                 lambda healthy: loop.call_soon_threadsafe(self.replicas.set_health, healthy))
         self.control.setblocking(False)
         loop.add_reader(self.control.fileno(), self._on_control)
         self._send(Kind.READY)
@@ -102,6 +158,9 @@ class Worker:
         ticker.cancel()
         heartbeat.cancel()
         gauges.cancel()
+        if self.replicas is not None:
+            await self.replicas.close()
+            self.link.close()
         self.peer_server.close()
         self.peers.close()
         self.ctx.segment_files.close()
@@ -263,6 +322,8 @@ class Worker:
             await asyncio.sleep(TICK_S)
             ticks += 1
             try:
+                if self.replicas is not None:
+                    self.replicas.tick()
                 self.service.tick()
                 if ticks % PRUNE_EVERY_TICKS == 0:
                     self.ctx.segment_files.prune()

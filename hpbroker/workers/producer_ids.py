@@ -41,3 +41,22 @@ class ProducerIdAllocator:
             return start
         finally:
             os.close(fd)
+
+
+class ClusterProducerIds:
+    """A cluster's producer ids: blocks reserved in ZooKeeper
+    (``/latest_producer_id_block``), so no two brokers, nor two workers of
+    one, ever hand out the same id."""
+
+    def __init__(self, link, broker_id: int):
+        self.link = link  # WorkerLink
+        self.broker_id = broker_id
+        self._next = self._end = 0
+
+    def allocate(self) -> int:
+        if self._next >= self._end:
+            start, last = self.link.allocate_producer_ids(self.broker_id)
+            self._next, self._end = start, last + 1
+        allocated = self._next
+        self._next += 1
+        return allocated

@@ -266,7 +266,7 @@ class TopicRegistry:
                 try:
                     if name in self._topics or name in made:
                         raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
-                    clash = _collision(name, {**self._topics, **made})
+                    clash = collision(name, {**self._topics, **made})
                     if clash:
                         raise TopicError(ErrorCode.invalid_topic_exception,
                                          f"topic {name!r} collides with existing topic {clash!r} "
@@ -351,7 +351,8 @@ def _read_topic_id(partition_dir: str) -> uuid.UUID | None:
         return None
 
 
-def _collision(name: str, topics: dict) -> str | None:
+def collision(name: str, topics) -> str | None:
+    """The existing topic ``name`` would be confused with ('.' and '_' fold together in metric names)."""
     folded = name.replace(".", "_")
     for other in topics:
         if other != name and other.replace(".", "_") == folded:

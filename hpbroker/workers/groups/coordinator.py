@@ -47,8 +47,10 @@ class GroupCoordinator:
     REMOTE_METHODS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "describe_group",
                                 "list_groups", "delete_group", "offset_commit", "offset_fetch", "offset_delete"})
 
-    def __init__(self, service, topics, config, index: int, workers: int):
+    def __init__(self, service, topics, config, index: int, workers: int, leads=None):
         self.service = service  # this worker's PartitionService: append() and partition_log()
+        # in a cluster, only the leader of a group's offsets partition coordinates it
+        self._leads = leads or (lambda topic, partition: True)
         self.topics = topics
         self.index = index
         self.workers = workers
@@ -149,7 +151,8 @@ class GroupCoordinator:
         if not group_id:
             return E.INVALID_GROUP_ID
         p = group_partition(group_id, self.partitions)
-        if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
+        if (self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index
+                or not self._leads(OFFSETS_TOPIC, p)):
             return E.NOT_COORDINATOR
         if p in self._loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
@@ -161,6 +164,19 @@ class GroupCoordinator:
                 pass
             self._loaded.add(p)
         return E.NONE
+
+    def leadership_changed(self, p: int, leading: bool) -> None:
+        """This broker started or stopped leading offsets partition ``p``: its
+        groups as cached here are stale either way.  They are dropped (members
+        waiting in a join are answered NOT_COORDINATOR and find the new
+        coordinator); a new leader replays the partition on first use."""
+        self._loaded.discard(p)
+        for group_id in [g for g in self.groups if group_partition(g, self.partitions) == p]:
+            self.groups.pop(group_id).close(DEAD)
+        for group_id in [g for g in self.offsets.groups() if group_partition(g, self.partitions) == p]:
+            self.offsets.drop_group(group_id)
+        if leading:
+            log.info("coordinating the groups of %s-%d", OFFSETS_TOPIC, p)
 
     def _new_group(self, group_id: str) -> Group:
         group = Group(group_id, self.group_config, self._persist)

@@ -1,4 +1,5 @@
-"""DescribeCluster (60): one broker, which is also the controller."""
+"""DescribeCluster (60): every live broker and the controller (standalone:
+this broker, which is also the controller)."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
@@ -9,8 +10,8 @@ _NO_OPERATIONS = -2147483648
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    me = ctx.identity
-    broker = make(m.DescribeClusterBroker, broker_id=me.broker_id, host=me.host, port=me.port, rack=None, is_fenced=False)
+    brokers = tuple(make(m.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack,
+                         is_fenced=False) for b in ctx.cluster.brokers())
     return make(m.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                endpoint_type=1, cluster_id=me.cluster_id, controller_id=me.broker_id, brokers=(broker,),
-                cluster_authorized_operations=_NO_OPERATIONS)
+                endpoint_type=1, cluster_id=ctx.identity.cluster_id, controller_id=ctx.cluster.controller_id,
+                brokers=brokers, cluster_authorized_operations=_NO_OPERATIONS)

@@ -27,7 +27,7 @@ _UNAVAILABLE = LocateResult(ErrorCode.not_leader_or_follower)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
 
 
-async def _locate_all(ctx, wanted, max_bytes: int) -> list:
+async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int) -> list:
     """Where each requested partition's batches are: one call per owning worker,
     none larger than the whole response may be (``max_bytes``) unless its first
     batch alone is.  None for a partition of an unknown topic (its error is the
@@ -44,7 +44,8 @@ async def _locate_all(ctx, wanted, max_bytes: int) -> list:
             else:
                 slots.append(len(results))
                 results.append(None)
-                calls.append((info.name, p.partition, p.fetch_offset, min(p.partition_max_bytes, max_bytes)))
+                calls.append((info.name, p.partition, p.fetch_offset, min(p.partition_max_bytes, max_bytes),
+                              replica_id, getattr(p, "current_leader_epoch", -1)))
     for slot, answer in zip(slots, await ctx.call_owners("locate", calls, _UNAVAILABLE)):
         results[slot] = answer
     return results
@@ -56,7 +57,7 @@ def _resolve(ctx, topic, version):
     return ctx.topics.get(topic.topic), ErrorCode.unknown_topic_or_partition
 
 
-async def _wait_for_data(ctx, wanted, located, timeout_s):
+async def _wait_for_data(ctx, wanted, located, timeout_s, replica: bool):
     """Until any partition grows past the end the last look saw (one wait per
     owner) or time is up.  Waiting past the fetch offset instead would return at
     once whenever some data exists but less than ``min_bytes``: a busy loop."""
@@ -71,7 +72,7 @@ async def _wait_for_data(ctx, wanted, located, timeout_s):
     if not by_owner:
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
-    calls = [asyncio.ensure_future(ctx.call_worker(owner, "partitions.wait_any", items, timeout_s))
+    calls = [asyncio.ensure_future(ctx.call_worker(owner, "partitions.wait_any", items, timeout_s, replica))
              for owner, items in by_owner.items()]
     done, pending = await asyncio.wait(calls, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     for call in pending:
@@ -84,20 +85,22 @@ async def handle(ctx, header, request):
     version = header.api_version
     max_bytes = request.max_bytes  # every advertised version (4+) has it
     deadline = time.monotonic() + request.max_wait.total_seconds()
+    # a follower broker (replica id >= 0) reads to the log end; consumers to the high watermark
+    replica_id = getattr(request, "replica_id", -1)
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await _locate_all(ctx, wanted, max_bytes)
+        located = await _locate_all(ctx, wanted, max_bytes, replica_id)
         ready = sum(r.size for r in located if r is not None and r.error == ErrorCode.none and r.path)
         errors = any(r is None or r.error != ErrorCode.none for r in located)
         remaining = deadline - time.monotonic()
         if ready >= request.min_bytes or errors or remaining <= 0 or not located:
             break
-        await _wait_for_data(ctx, wanted, located, remaining)
+        await _wait_for_data(ctx, wanted, located, remaining, replica_id >= 0)
         if time.monotonic() >= deadline:
-            located = await _locate_all(ctx, wanted, max_bytes)
+            located = await _locate_all(ctx, wanted, max_bytes, replica_id)
             break
     budget, first = max_bytes, True
     topics, results = [], iter(located)

@@ -1,6 +1,7 @@
-"""FindCoordinator (10): every group is coordinated by this broker (its owning
-worker is found per request, inside the broker); ``__consumer_offsets`` is
-created on the first lookup, as Kafka does.  v4+ batch the keys.
+"""FindCoordinator (10): a group's coordinator is the leader of its
+``__consumer_offsets`` partition (standalone: this broker; its owning worker
+is found per request, inside the broker); ``__consumer_offsets`` is created on
+the first lookup, as Kafka does.  v4+ batch the keys.
 
 There is no transaction coordinator yet.  A retriable answer would keep
 ``init_transactions()`` spinning until its timeout, so transactional ids get
@@ -16,30 +17,32 @@ TRANSACTIONS_UNSUPPORTED = "hpbroker does not support transactions yet (idempote
 
 
 def _find(ctx, key_type: int, key: str):
-    """(error, message) for one key."""
+    """(error, message, coordinator node or None) for one key."""
     if key_type == TRANSACTION:
-        return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED
+        return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED, None
     if key_type != GROUP:
-        return ErrorCode.invalid_request, f"unknown key type {key_type}"
+        return ErrorCode.invalid_request, f"unknown key type {key_type}", None
     if ctx.groups.ensure_offsets_topic() != ErrorCode.none:
-        return ErrorCode.coordinator_not_available, "the offsets topic could not be created"
-    return ErrorCode.none, None
+        return ErrorCode.coordinator_not_available, "the offsets topic could not be created", None
+    node = ctx.cluster.coordinator(key, ctx.config["offsets.topic.num.partitions"])
+    if node is None:
+        return ErrorCode.coordinator_not_available, "the group's offsets partition has no leader yet", None
+    return ErrorCode.none, None, node
 
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    me = ctx.identity
     key_type = getattr(request, "key_type", GROUP)
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:  # v0-v3: one key
-        error, message = _find(ctx, key_type, request.key)
-        ok = error == ErrorCode.none
+        error, message, node = _find(ctx, key_type, request.key)
         return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=message,
-                    node_id=me.broker_id if ok else -1, host=me.host if ok else "", port=me.port if ok else -1)
+                    node_id=node.broker_id if node else -1, host=node.host if node else "",
+                    port=node.port if node else -1)
     coordinators = []
     for key in keys:
-        error, message = _find(ctx, key_type, key)
-        ok = error == ErrorCode.none
-        coordinators.append(make(m.Coordinator, key=key, node_id=me.broker_id if ok else -1, host=me.host if ok else "",
-                                 port=me.port if ok else -1, error_code=error, error_message=message))
+        error, message, node = _find(ctx, key_type, key)
+        coordinators.append(make(m.Coordinator, key=key, node_id=node.broker_id if node else -1,
+                                 host=node.host if node else "", port=node.port if node else -1, error_code=error,
+                                 error_message=message))
     return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(coordinators))

@@ -6,10 +6,14 @@ ids need the transaction coordinator, which is not here yet: they fail fast,
 as FindCoordinator explains.
 """
 
+import logging
+
+from hpbroker.cluster.worker_link import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 22
+log = logging.getLogger(__name__)
 _MAX_EPOCH = 32767
 
 
@@ -23,6 +27,11 @@ async def handle(ctx, header, request):
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:
         new_id, new_epoch = producer_id, epoch + 1
     else:
-        new_id, new_epoch = ctx.producer_ids.allocate(), 0
+        try:
+            new_id, new_epoch = ctx.producer_ids.allocate(), 0
+        except AdminError as exc:  # a cluster's id blocks come from ZooKeeper: retriable
+            log.warning("no producer id: %s", exc)
+            return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1)
     return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 producer_id=new_id, producer_epoch=new_epoch)

@@ -1,4 +1,5 @@
-"""Metadata (3): this broker is every partition's leader; topics may be
+"""Metadata (3): every live broker, and each partition's leader, replicas,
+ISR and offline replicas (standalone: this broker for all); topics may be
 created on first mention (``auto.create.topics.enable``, ``num.partitions``)."""
 
 import logging
@@ -57,16 +58,21 @@ async def handle(ctx, header, request):
     for name, info, error in entries:
         partitions = ()
         if info is not None:
-            partitions = tuple(
-                make(m.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p, leader_id=me.broker_id,
-                     leader_epoch=0, replica_nodes=(me.broker_id,), isr_nodes=(me.broker_id,), offline_replicas=())
-                for p in range(info.partitions))
+            partitions = tuple(_partition(m, p, ctx.cluster.partition(info.name, p)) for p in range(info.partitions))
         if info is None and name is None and header.api_version < 12:
             name = ""  # an unknown topic id; names are nullable in responses only from v12
         topics.append(make(
             m.MetadataResponseTopic, error_code=error, name=info.name if info else name,
             topic_id=info.topic_id if info else None, is_internal=bool(info and info.is_internal),
             partitions=partitions, topic_authorized_operations=_NO_OPERATIONS))
-    broker = make(m.MetadataResponseBroker, node_id=me.broker_id, host=me.host, port=me.port, rack=None)
-    return make(m.MetadataResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=(broker,), cluster_id=me.cluster_id,
-                controller_id=me.broker_id, topics=tuple(topics), cluster_authorized_operations=_NO_OPERATIONS)
+    brokers = tuple(make(m.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in ctx.cluster.brokers())
+    return make(m.MetadataResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=brokers,
+                cluster_id=me.cluster_id, controller_id=ctx.cluster.controller_id, topics=tuple(topics),
+                cluster_authorized_operations=_NO_OPERATIONS)
+
+
+def _partition(m, index: int, view):
+    return make(m.MetadataResponsePartition, error_code=view.error, partition_index=index, leader_id=view.leader,
+                leader_epoch=view.leader_epoch, replica_nodes=view.replicas, isr_nodes=view.isr,
+                offline_replicas=view.offline)

@@ -1,12 +1,14 @@
 """Produce (0): each partition's batches go to its owning worker, which appends
 them (single writer); the answers come back in the client's order."""
 
+import asyncio
 import datetime
 import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.partitions import AppendResult
+from hpbroker.workers.peers import PeerUnavailable
 
 API_KEY = 0
 log = logging.getLogger(__name__)
@@ -22,33 +24,47 @@ def _append_time(ms: int):
 _UNAVAILABLE = AppendResult(ErrorCode.not_leader_or_follower)
 
 
-# A standalone broker's every partition has one replica, so its ISR is one.
-IN_SYNC_REPLICAS = 1
-
-
 async def _append_all(ctx, work, acks: int) -> list:
-    """Append each partition's batches through its owner, one call per owner."""
+    """Append each partition's batches through its owner, one call per owner
+    (the owner checks leadership and, for acks=all, min.insync.replicas)."""
     results, calls, slots = [], [], []
     for topic, partition, records in work:
         info = ctx.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
             results.append(AppendResult(ErrorCode.unknown_topic_or_partition))
-        elif acks == -1 and ctx.topics.config_for(topic).min_insync_replicas > IN_SYNC_REPLICAS:
-            # as Kafka: acks=all is refused, before appending, while fewer
-            # replicas are in sync than the topic's min.insync.replicas
-            results.append(AppendResult(ErrorCode.not_enough_replicas, message=(
-                f"{topic}-{partition} has {IN_SYNC_REPLICAS} in-sync replica, below min.insync.replicas")))
         elif records is None:
             results.append(AppendResult(ErrorCode.corrupt_message, message="no records"))
         else:
             slots.append(len(results))
             results.append(None)
-            calls.append((topic, partition, records))
+            calls.append((topic, partition, records, acks))
     answers = await ctx.call_owners("append", calls, _UNAVAILABLE)
-    for slot, (topic, partition, _), answer in zip(slots, calls, answers):
+    for slot, (topic, partition, *_), answer in zip(slots, calls, answers):
         if answer is _UNAVAILABLE:
             log.warning("produce to %s-%d: its owner is unavailable (restarting?)", topic, partition)
         results[slot] = answer
+    return results
+
+
+async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
+    """acks=all: each appended batch is answered once the high watermark passed
+    it (one wait per owning worker); a failure replaces its success."""
+    by_owner: dict[int, list[int]] = {}
+    for i, ((topic, partition, _), result) in enumerate(zip(work, results)):
+        if result.error == ErrorCode.none:
+            by_owner.setdefault(ctx.owner(topic, partition), []).append(i)
+
+    async def one(owner: int, indexes: list[int]) -> None:
+        wanted = [(work[i][0], work[i][1], results[i].end_offset) for i in indexes]
+        try:
+            errors = await ctx.call_worker(owner, "partitions.wait_replicated", wanted, timeout_s)
+        except (PeerUnavailable, RuntimeError):
+            errors = [ErrorCode.request_timed_out] * len(indexes)
+        for i, error in zip(indexes, errors):
+            if error != ErrorCode.none:
+                results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
+
+    await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
     return results
 
 
@@ -59,6 +75,8 @@ async def handle(ctx, header, request):
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     else:
         results = await _append_all(ctx, work, acks)
+        if acks == -1:
+            results = await _wait_replicated(ctx, work, results, request.timeout.total_seconds())
     if acks == 0:
         return None  # Kafka sends no response at all
     m = response_module(API_KEY, header.api_version)
