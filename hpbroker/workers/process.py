@@ -111,8 +111,8 @@ class Worker:
         fetcher = FetcherSettings(cfg.broker_id, cfg["replica.fetch.wait.max.ms"], cfg["replica.fetch.min.bytes"],
                                   cfg["replica.fetch.response.max.bytes"], cfg["replica.fetch.max.bytes"],
                                   cfg["replica.fetch.backoff.ms"])
-        return ReplicaSettings(cfg.broker_id, cfg["replica.lag.time.max.ms"], cfg["zookeeper.session.timeout.ms"],
-                               fetcher)
+        return ReplicaSettings(cfg.broker_id, fetcher, cfg["replica.lag.time.max.ms"],
+                               cfg["zookeeper.session.timeout.ms"])
 
     def _leadership_changed(self, topic: str, partition: int, leading: bool) -> None:
         if topic == OFFSETS_TOPIC:

@@ -44,9 +44,9 @@ NO_LEADER = -1
 @dataclass(frozen=True)
 class ReplicaSettings:
     broker_id: int
+    fetcher: FetcherSettings
     lag_time_max_ms: int = 30000  # replica.lag.time.max.ms
     session_timeout_ms: int = 18000  # zookeeper.session.timeout.ms
-    fetcher: FetcherSettings | None = None
 
 
 @dataclass

@@ -1,0 +1,169 @@
+"""A worker's replica roles against a real ZooKeeper: the states are written
+here as a controller would write them, and the worker's own session (a
+``WorkerLink``) brings them to a ``ReplicaManager`` over real logs.  The
+follower is played by calls to ``locate`` with a replica id, exactly what the
+Fetch handler makes of a follower's request."""
+
+import asyncio
+
+import pytest
+
+from hpbroker.cluster import registration, session, znodes
+from hpbroker.cluster.worker_link import WorkerLink
+from hpbroker.errors import ErrorCode
+from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.records import Record, encode_batch
+from hpbroker.storage import LogManager
+from hpbroker.storage.config import LogConfig
+from hpbroker.workers.cluster_topics import ClusterTopics
+from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
+
+SESSION_MS = 4000
+LAG_MS = 300
+WAIT_S = 20
+TOPIC = "t"
+
+
+def batch(n: int) -> bytearray:
+    return bytearray(encode_batch([Record(i, 0, None, b"v%d" % i) for i in range(n)]))
+
+
+async def until(condition, what: str, timeout: float = WAIT_S):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Controller:
+    """Writes the partition state the way the controller does (and reads it back)."""
+
+    def __init__(self, connect: str):
+        self.client = session.connect(connect, SESSION_MS, 10000)
+        registration.ensure_layout(self.client)
+        for broker_id in (1, 2):
+            self.client.create(znodes.broker_path(broker_id), znodes.BrokerRegistration(
+                broker_id, "127.0.0.1", 19000 + broker_id).encode(), ephemeral=True)
+
+    def create_topic(self, replicas: list[int], leader: int, isr: list[int], min_insync: int) -> None:
+        self.client.create(znodes.topic_config_path(TOPIC),
+                           znodes.encode_topic_config({"min.insync.replicas": str(min_insync)}), makepath=True)
+        self.client.create(znodes.topic_path(TOPIC), znodes.TopicAssignment(TOPIC, {0: replicas}).encode(),
+                           makepath=True)
+        self.client.create(znodes.partition_state_path(TOPIC, 0),
+                           znodes.PartitionState(leader, 0, isr, 1).encode(), makepath=True)
+
+    def state(self) -> znodes.PartitionState:
+        data, stat = self.client.get(znodes.partition_state_path(TOPIC, 0))
+        return znodes.PartitionState.decode(TOPIC, 0, data, stat.version)
+
+    def elect(self, leader: int) -> None:
+        current = self.state()
+        self.client.set(znodes.partition_state_path(TOPIC, 0), znodes.PartitionState(
+            leader, current.leader_epoch + 1, current.isr, 1).encode(), version=current.zk_version)
+
+    def close(self) -> None:
+        session.close(self.client)
+
+
+@pytest.fixture
+def controller(chroot):
+    found = Controller(chroot)
+    yield found
+    found.close()
+
+
+def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path):
+    controller.create_topic([1, 2], leader=1, isr=[1, 2], min_insync=2)
+
+    async def main():
+        link = WorkerLink(chroot, SESSION_MS, 10000, "")
+        link.connect()
+        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
+        topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=2,
+                               offsets_replication_factor=2)
+        replicas = ReplicaManager(ReplicaSettings(1, FetcherSettings(1, backoff_ms=100), LAG_MS, SESSION_MS), 0, 1, logs, link)
+        service = PartitionService(logs, topics, replicas=replicas)
+        replicas.wake = service.wake
+        loop = asyncio.get_running_loop()
+
+        def on_image(image):
+            topics.apply(image)
+            replicas.apply(image)
+        link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
+                        lambda healthy: loop.call_soon_threadsafe(replicas.set_health, healthy))
+        try:
+            await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
+
+            # acks=all: answered once the follower's fetch shows it holds the batch
+            appended = service.append(TOPIC, 0, batch(3), acks=-1)
+            assert appended.error == ErrorCode.none and appended.end_offset == 3
+            located = service.locate(TOPIC, 0, 0, 1 << 20)
+            assert located.high_watermark == 0 and located.path is None  # consumers see nothing yet
+            waiting = asyncio.ensure_future(service.wait_replicated([(TOPIC, 0, 3)], 10))
+            await asyncio.sleep(0)
+            assert not waiting.done()
+            follower = service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2)
+            assert follower.size > 0  # a follower reads past the high watermark
+            service.locate(TOPIC, 0, 3, 1 << 20, replica_id=2)  # its next fetch: it holds 0..2
+            assert await asyncio.wait_for(waiting, 5) == [ErrorCode.none]
+            assert service.offsets(TOPIC, 0).high_watermark == 3
+
+            # the follower stops fetching: after replica.lag.time.max.ms the ISR
+            # shrinks in ZooKeeper, and acks=all is refused below min.insync.replicas
+            for _ in range(3):
+                service.append(TOPIC, 0, batch(1))
+            await until(lambda: (replicas.tick(), controller.state().isr == [1])[1], "the ISR to shrink")
+            await until(lambda: replicas.isr_size(TOPIC, 0) == 1, "the leader to apply the shrink")
+            refused = service.append(TOPIC, 0, batch(1), acks=-1)
+            assert refused.error == ErrorCode.not_enough_replicas
+            assert service.offsets(TOPIC, 0).high_watermark == 6  # an ISR of one: its own end
+
+            # the follower catches up: it joins the ISR again
+            service.locate(TOPIC, 0, 6, 1 << 20, replica_id=2)
+            await until(lambda: controller.state().isr == [1, 2], "the ISR to grow back")
+
+            # a pending acks=all is answered NOT_LEADER_OR_FOLLOWER when leadership moves
+            appended = service.append(TOPIC, 0, batch(1), acks=-1)
+            waiting = asyncio.ensure_future(service.wait_replicated([(TOPIC, 0, appended.end_offset)], 10))
+            await asyncio.sleep(0)
+            controller.elect(2)
+            assert await asyncio.wait_for(waiting, 5) == [ErrorCode.not_leader_or_follower]
+            assert service.append(TOPIC, 0, batch(1)).error == ErrorCode.not_leader_or_follower
+            assert service.locate(TOPIC, 0, 0, 100).error == ErrorCode.not_leader_or_follower
+            assert (TOPIC, 0) in replicas.following  # now a follower of broker 2
+        finally:
+            await replicas.close()
+            link.close()
+            logs.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_topic_deleted_removes_the_local_replica(chroot, controller, tmp_path):
+    controller.create_topic([1, 2], leader=2, isr=[1, 2], min_insync=1)
+
+    async def main():
+        link = WorkerLink(chroot, SESSION_MS, 10000, "")
+        link.connect()
+        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
+        replicas = ReplicaManager(ReplicaSettings(1, FetcherSettings(1, backoff_ms=100), LAG_MS, SESSION_MS), 0, 1, logs, link)
+        loop = asyncio.get_running_loop()
+        link.publish_to(lambda image: loop.call_soon_threadsafe(replicas.apply, image), lambda healthy: None)
+        try:
+            await until(lambda: logs.get_log(TOPIC, 0) is not None, "the follower's log")
+            assert (TOPIC, 0) in replicas.following
+            path = logs.get_log(TOPIC, 0).directory
+            for node in (znodes.partition_state_path(TOPIC, 0), znodes.topic_path(TOPIC)):
+                controller.client.delete(node, recursive=True)
+            await until(lambda: logs.get_log(TOPIC, 0) is None, "the replica to go with its topic")
+            assert (TOPIC, 0) not in replicas.following
+            await until(lambda: not (tmp_path / path.rsplit("/", 1)[1]).exists(), "the directory to go")
+        finally:
+            await replicas.close()
+            link.close()
+            logs.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
