@@ -77,7 +77,8 @@ class ClusterMember:
             self.registration = registration.Registration(
                 self.client, znodes.BrokerRegistration(self.broker_id, s.host, s.port, s.rack,
                                                        timestamp_ms=now_ms()),
-                on_lost=self._session_ok.clear, on_registered=self._session_ok.set)
+                on_lost=self._session_ok.clear, on_registered=self._session_ok.set,
+                stale_wait_s=s.session_timeout_ms / 1000 + 2)
             self.registration.start()
         except ClusterJoinError:
             self.close()

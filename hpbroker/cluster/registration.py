@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -69,8 +70,11 @@ class Registration:
     it is not a member, and resume once it is again."""
 
     def __init__(self, client: KazooClient, registration: znodes.BrokerRegistration,
-                 on_lost=lambda: None, on_registered=lambda: None):
+                 on_lost=lambda: None, on_registered=lambda: None, stale_wait_s: float = 0.0):
         self.client = client
+        # A broker restarted after a crash finds its old node until the dead
+        # session expires: wait that long before calling the id taken.
+        self.stale_wait_s = stale_wait_s
         self.registration = registration
         self.path = znodes.broker_path(registration.broker_id)
         self.on_lost = on_lost
@@ -83,7 +87,7 @@ class Registration:
         self._create()
         self.client.add_listener(self._on_state)
 
-    def _create(self) -> None:
+    def _create(self, deadline: float | None = None) -> None:
         data = self.registration.encode()
         try:
             self.client.create(self.path, data, ephemeral=True, makepath=True)
@@ -91,8 +95,11 @@ class Registration:
             try:
                 _data, stat = self.client.get(self.path)
             except NoNodeError:  # its owner's session ended between the two calls
-                return self._create()
+                return self._create(deadline)
             if stat.ephemeralOwner != self.client.client_id[0]:
+                deadline = time.monotonic() + self.stale_wait_s if deadline is None else deadline
+                if self._outwait_owner(deadline):
+                    return self._create(deadline)
                 raise BrokerIdInUse(
                     f"broker.id {self.registration.broker_id} is registered by another live broker "
                     f"(ZooKeeper session 0x{stat.ephemeralOwner:x}): give each broker its own broker.id") from None
@@ -100,6 +107,20 @@ class Registration:
         self.registered.set()
         log.info("registered as broker %d at %s", self.registration.broker_id, self.registration.endpoint)
         self.on_registered()
+
+    def _outwait_owner(self, deadline: float) -> bool:
+        """True once the node another session holds is gone, False at the deadline."""
+        gone = threading.Event()
+        while time.monotonic() < deadline:
+            gone.clear()
+            if self.client.exists(self.path, watch=lambda _event: gone.set()) is None:
+                return True
+            if not self.stale_wait_s or time.monotonic() >= deadline:
+                break
+            log.info("broker %d is still registered by another session (a crashed predecessor?); waiting up to "
+                     "%.0f s for it to expire", self.registration.broker_id, deadline - time.monotonic())
+            gone.wait(max(0.0, deadline - time.monotonic()))
+        return False
 
     def _on_state(self, state: str) -> bool:
         if self._closed:

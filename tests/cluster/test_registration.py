@@ -1,5 +1,6 @@
 """Joining a cluster against a real ZooKeeper server."""
 
+import threading
 import time
 
 import pytest
@@ -90,6 +91,30 @@ def test_registration_is_ephemeral_and_a_live_duplicate_is_refused(connect_to):
     session.close(first)  # a clean stop ends the session: the id is free at once
     impostor.start()
     assert znodes.BrokerRegistration.decode(1, second.get(znodes.broker_path(1))[0]).port == 19093
+
+
+def test_a_restarted_broker_waits_for_its_crashed_predecessors_node(connect_to):
+    """After a SIGKILL the dead process's node lives until its session expires:
+    the restarted broker waits for that instead of calling its own id taken."""
+    crashed, restarted = connect_to(), connect_to()
+    registration.Registration(crashed, znodes.BrokerRegistration(6, "127.0.0.1", 19096)).start()
+    successor = registration.Registration(restarted, znodes.BrokerRegistration(6, "127.0.0.1", 19097),
+                                          stale_wait_s=30)
+    expiry = threading.Timer(0.5, session.close, args=(crashed,))  # the old session ends meanwhile
+    expiry.start()
+    started = time.monotonic()
+    successor.start()
+    expiry.join()
+    assert time.monotonic() - started < 30
+    data, stat = restarted.get(znodes.broker_path(6))
+    assert znodes.BrokerRegistration.decode(6, data).port == 19097
+    assert stat.ephemeralOwner == restarted.client_id[0]
+
+    # a live duplicate is still refused, once the wait is over
+    impostor = registration.Registration(connect_to(), znodes.BrokerRegistration(6, "127.0.0.1", 19098),
+                                         stale_wait_s=0.5)
+    with pytest.raises(registration.BrokerIdInUse):
+        impostor.start()
 
 
 def test_a_broker_whose_session_expired_registers_again(zookeeper, connect_to):
