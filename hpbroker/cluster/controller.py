@@ -15,7 +15,16 @@ half-done work, needs no special path:
 * a broker in controlled shutdown hands over its leaderships and leaves ISRs;
 * topics queued under ``/admin/delete_topics`` are removed;
 * preferred leaders get their partitions back, on request and when a broker's
-  share of led partitions drifts past ``leader.imbalance.per.broker.percentage``.
+  share of led partitions drifts past ``leader.imbalance.per.broker.percentage``;
+  an unclean election is run on request (``/admin/unclean_leader_election``);
+* reassignments (Kafka's KIP-455, kept in the topic znode as replicas plus
+  ``adding_replicas``/``removing_replicas``): the leader epoch is bumped when a
+  partition's replica set changes, so its leader takes the new followers in;
+  once every target replica is in the ISR, the leader is kept if it is in the
+  target (else one is elected from it), the ISR shrinks to the target and the
+  assignment becomes the target, in one transaction.  Kafka's legacy
+  ``/admin/reassign_partitions`` starts reassignments too; each of its entries
+  is removed when done (or refused), the znode when empty.
 
 Fencing: every write is a ZooKeeper transaction that first checks the version
 of ``/controller_epoch`` this controller set when it took over, so a
@@ -36,7 +45,7 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.recipe.watchers import DataWatch
 
 from hpbroker.clock import now_ms
-from hpbroker.cluster import election, znodes
+from hpbroker.cluster import election, reassignment, znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.watcher import ImageWatcher
 
@@ -67,8 +76,14 @@ class Controller:
         self._active = False
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._preferred_requests: list[tuple[str, int]] = []  # filled on kazoo's thread
+        # requests read by watches on kazoo's thread: path -> (partitions, znode version)
+        self._requests: dict[str, tuple[list[tuple[str, int]], int]] = {
+            znodes.PREFERRED_REPLICA_ELECTION: ([], -1), znodes.UNCLEAN_LEADER_ELECTION: ([], -1)}
+        self._legacy_reassignment: tuple[list[tuple[str, int, list[int]]], int] | None = None
         self._requests_lock = threading.Lock()
+        # the replica set each partition's leader was last given an epoch under, by this controller
+        self._announced: dict[tuple[str, int], tuple[int, ...] | None] = {}
+        self._new_term = False
         self._last_imbalance_check = time.monotonic()
 
     @property
@@ -77,7 +92,11 @@ class Controller:
 
     def start(self) -> None:
         self.client.add_listener(self._on_session_state)
-        DataWatch(self.client, znodes.PREFERRED_REPLICA_ELECTION, self._on_preferred_request)
+        DataWatch(self.client, znodes.PREFERRED_REPLICA_ELECTION,
+                  self._request_watch(znodes.PREFERRED_REPLICA_ELECTION, znodes.decode_preferred_election))
+        DataWatch(self.client, znodes.UNCLEAN_LEADER_ELECTION,
+                  self._request_watch(znodes.UNCLEAN_LEADER_ELECTION, znodes.decode_unclean_election))
+        DataWatch(self.client, znodes.REASSIGN_PARTITIONS, self._on_legacy_reassignment)
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
         self._thread.start()
 
@@ -134,6 +153,8 @@ class Controller:
             # another broker bumped it first: it won a race we thought we had
             self.client.delete(znodes.CONTROLLER)
             return
+        self._announced = {}
+        self._new_term = True
         self._active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
 
@@ -172,24 +193,48 @@ class Controller:
     def _reconcile(self, image: ClusterImage) -> None:
         if image.controller_id not in (self.broker_id, -1):
             raise Fenced(f"/controller names broker {image.controller_id}")
+        if self._new_term:
+            self._reread_requests()
+            self._new_term = False
         self._delete_topics(image)
         leaving = image.shutting_down
         live = image.live - leaving
-        preferred_wanted = set(self._take_preferred_requests()) | self._imbalanced(image, live)
+        self._reassign_from_znode(image)
+        preferred_wanted = set(self._take_requests(znodes.PREFERRED_REPLICA_ELECTION)) | self._imbalanced(image, live)
+        unclean_wanted = set(self._take_requests(znodes.UNCLEAN_LEADER_ELECTION))
+        seen = set()
         for topic, p, replicas, state in image.partitions():
             if topic in image.topics_being_deleted:
                 continue
+            key = (topic, p)
+            seen.add(key)
             if state is None:
                 self._initialize(image, topic, p, replicas, live)
                 continue
+            reassigning = znodes.being_reassigned(image.topics[topic], p)
+            if reassigning and self._complete_reassignment(image.topics[topic], p, state, live):
+                continue
             chosen = self._next_leadership(replicas, state, live, leaving, image.live,
-                                           preferred=(topic, p) in preferred_wanted)
-            if chosen is not None and (chosen.leader, chosen.isr) != (state.leader, state.isr):
-                epoch = state.leader_epoch + (1 if chosen.leader != state.leader else 0)
+                                           preferred=key in preferred_wanted, unclean=key in unclean_wanted)
+            if chosen is None:
+                continue
+            # A leader learns its replica set when it takes an epoch: a new set
+            # (a reassignment started, redirected or cancelled) needs a new epoch,
+            # as Kafka's controller bumps it; a new controller does so for every
+            # reassignment it finds in progress.
+            announced = self._announced.setdefault(key, None if reassigning else tuple(replicas))
+            announce = announced != tuple(replicas) and chosen.leader != election.NO_LEADER
+            if announce or (chosen.leader, chosen.isr) != (state.leader, state.isr):
+                bump = announce or chosen.leader != state.leader
+                epoch = state.leader_epoch + (1 if bump else 0)
                 new = znodes.PartitionState(chosen.leader, epoch, chosen.isr, self.epoch, state.zk_version)
                 if self._write_state(topic, p, new):
-                    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s -> %s", topic, p, state.leader,
-                             chosen.leader, epoch, state.isr, chosen.isr)
+                    if bump:
+                        self._announced[key] = tuple(replicas)
+                    log.info("%s-%d: leader %d -> %d (epoch %d), isr %s -> %s, replicas %s", topic, p,
+                             state.leader, chosen.leader, epoch, state.isr, chosen.isr, replicas)
+        for key in set(self._announced) - seen:
+            del self._announced[key]
 
     def _initialize(self, image: ClusterImage, topic: str, p: int, replicas: list[int], live: set[int]) -> None:
         in_service = [r for r in replicas if r in live]
@@ -197,22 +242,27 @@ class Controller:
             return  # no replica can take it yet: initialized when one registers
         state = znodes.PartitionState(in_service[0], 0, in_service, self.epoch)
         try:
-            self._write_state(topic, p, state, create=True)
+            if self._write_state(topic, p, state, create=True):
+                self._announced[(topic, p)] = tuple(replicas)
         except NoNodeError:
             pass  # the topic was deleted meanwhile
 
-    def _next_leadership(self, replicas, state, live, leaving, registered, *, preferred: bool):
-        if state.leader in leaving:
-            found = election.controlled_shutdown(replicas, state.isr, registered, leaving)
+    def _next_leadership(self, replicas, state, live, leaving, registered, *, preferred: bool, unclean: bool = False):
+        # a replica no longer assigned (a reassignment cancelled or redirected) leaves the ISR, and cannot lead
+        isr = [r for r in state.isr if r in replicas]
+        leader = state.leader if state.leader in replicas else election.NO_LEADER
+        if leader in leaving:
+            found = election.controlled_shutdown(replicas, isr, registered, leaving)
             # nobody else in sync: it keeps leading until it is gone (then offline election)
             return found
-        if state.leader not in live:
-            found = election.offline_partition(replicas, state.isr, live, unclean=self.settings.unclean_leader_election)
+        if leader not in live:
+            found = election.offline_partition(replicas, isr, live,
+                                               unclean=self.settings.unclean_leader_election or unclean)
             if found is None:
                 # keep the ISR as it was: its last member may lead again without loss
-                return election.Election(election.NO_LEADER, state.isr)
+                return election.Election(election.NO_LEADER, isr)
             return found
-        isr = [r for r in state.isr if r in live]
+        isr = [r for r in isr if r in live]
         if preferred and replicas[0] != state.leader:
             found = election.preferred_replica(replicas, isr, live)
             if found is not None:
@@ -244,29 +294,157 @@ class Controller:
             found += self._subtree(f"{path}/{child}")
         return found + [path]
 
-    # --- preferred leaders -------------------------------------------------------------------------
-    def _on_preferred_request(self, data, _stat) -> bool:
-        if data:
-            try:
-                requested = znodes.decode_preferred_election(data)
-            except znodes.ZnodeFormatError as exc:
-                log.error("ignoring a preferred replica election request: %s", exc)
-                requested = []
-            with self._requests_lock:
-                self._preferred_requests.extend(requested)
-            self.watcher.poke()
-        return not self._stopped.is_set()
+    # --- election requests (preferred, unclean) ---------------------------------------------------
+    def _request_watch(self, path: str, decode):
+        def on_data(data, stat) -> bool:
+            if data:
+                try:
+                    requested = decode(data)
+                except znodes.ZnodeFormatError as exc:
+                    log.error("ignoring a leader election request: %s", exc)
+                    requested = []
+                with self._requests_lock:
+                    self._requests[path] = (self._requests[path][0] + requested, stat.version)
+                self.watcher.poke()
+            return not self._stopped.is_set()
+        return on_data
 
-    def _take_preferred_requests(self) -> list[tuple[str, int]]:
+    def _reread_requests(self) -> None:
+        """On taking over: the requests pending now (those gathered while another
+        broker was controller were its to take)."""
+        for path, decode in ((znodes.PREFERRED_REPLICA_ELECTION, znodes.decode_preferred_election),
+                             (znodes.UNCLEAN_LEADER_ELECTION, znodes.decode_unclean_election)):
+            try:
+                data, stat = self.client.get(path)
+                pending = (decode(data), stat.version) if data else ([], -1)
+            except NoNodeError:
+                pending = ([], -1)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring a leader election request: %s", exc)
+                pending = ([], -1)
+            with self._requests_lock:
+                self._requests[path] = pending
+
+    def _take_requests(self, path: str) -> list[tuple[str, int]]:
         with self._requests_lock:
-            taken, self._preferred_requests = self._preferred_requests, []
+            taken, version = self._requests[path]
         if not taken:
             return []
-        try:
-            self.client.delete(znodes.PREFERRED_REPLICA_ELECTION)
-        except NoNodeError:
-            pass
+        # Only the version read is deleted: a request written meanwhile stays for
+        # the next turn (its watch brings it).  Should the delete fail, the
+        # requests stay too.
+        self._commit(lambda t: t.delete(path, version=version))
+        with self._requests_lock:
+            pending, latest = self._requests[path]
+            self._requests[path] = (pending[len(taken):], latest)
         return taken
+
+    # --- reassignments ----------------------------------------------------------------------------
+    def _complete_reassignment(self, assignment: znodes.TopicAssignment, p: int, state: znodes.PartitionState,
+                               live: set[int]) -> bool:
+        """Finish the reassignment once every target replica is in the ISR; False
+        while it must wait (then the partition is reconciled as any other)."""
+        topic = assignment.topic
+        target = znodes.target_replicas(assignment, p)
+        if not all(r in state.isr for r in target):
+            return False
+        chosen = election.reassignment(target, state.isr, live, state.leader)
+        if chosen is None:
+            return False  # no target replica is live: wait for one
+        fresh = self._read_assignment(topic)
+        if fresh is None:
+            return True
+        stat_version, current = fresh
+        if _partition_of(current, p) != _partition_of(assignment, p):
+            return True  # changed since the image: redo from the newer one
+        final = znodes.reassignment_completed(current, p)
+        new = znodes.PartitionState(chosen.leader, state.leader_epoch + 1, chosen.isr, self.epoch, state.zk_version)
+
+        def build(transaction):
+            transaction.set_data(znodes.topic_path(topic), final.encode(), version=stat_version)
+            transaction.set_data(znodes.partition_state_path(topic, p), new.encode(), version=state.zk_version)
+        if self._commit(build):
+            self._announced[(topic, p)] = tuple(target)
+            log.info("%s-%d: reassignment to %s completed: leader %d -> %d (epoch %d), isr %s -> %s", topic, p,
+                     target, state.leader, chosen.leader, new.leader_epoch, state.isr, chosen.isr)
+        return True
+
+    def _read_assignment(self, topic: str) -> tuple[int, znodes.TopicAssignment] | None:
+        """The topic znode as it is now, with its version: the base of a version-checked rewrite."""
+        try:
+            data, stat = self.client.get(znodes.topic_path(topic))
+            return stat.version, znodes.TopicAssignment.decode(topic, data)
+        except NoNodeError:
+            return None  # deleted meanwhile
+        except znodes.ZnodeFormatError as exc:
+            log.error("cannot reassign partitions of topic %s: %s", topic, exc)
+            return None
+
+    def _on_legacy_reassignment(self, data, stat) -> bool:
+        entries = None
+        if data:
+            try:
+                entries = (znodes.decode_reassignment(data), stat.version)
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring %s: %s", znodes.REASSIGN_PARTITIONS, exc)
+        with self._requests_lock:
+            self._legacy_reassignment = entries
+        self.watcher.poke()
+        return not self._stopped.is_set()
+
+    def _reassign_from_znode(self, image: ClusterImage) -> None:
+        """Start what ``/admin/reassign_partitions`` asks that is not under way;
+        drop the entries that are done, refused, or of partitions that are gone."""
+        with self._requests_lock:
+            legacy = self._legacy_reassignment
+        if legacy is None:
+            return
+        entries, version = legacy
+        keep, starts = [], {}
+        for topic, p, target in entries:
+            assignment = None if topic in image.topics_being_deleted else image.topics.get(topic)
+            if assignment is not None and p in assignment.partitions:
+                if znodes.being_reassigned(assignment, p):
+                    if znodes.target_replicas(assignment, p) == target:
+                        keep.append((topic, p, target))  # under way
+                        continue
+                elif assignment.partitions[p] == target:
+                    log.info("%s-%d: reassignment to %s (%s) done", topic, p, target, znodes.REASSIGN_PARTITIONS)
+                    continue
+            _unchanged, outcomes = reassignment.plan(topic, assignment, {p: target}, image.live)
+            if outcomes[p].error != reassignment.ACCEPTED.error:
+                log.warning("%s-%d: refusing the reassignment to %s in %s: %s", topic, p, target,
+                            znodes.REASSIGN_PARTITIONS, outcomes[p].message)
+                continue
+            starts.setdefault(topic, {})[p] = target
+            keep.append((topic, p, target))
+        for topic, changes in sorted(starts.items()):
+            self._start_reassignments(topic, changes, image.live, version)
+        if len(keep) == len(entries):
+            return
+        if keep:
+            self._commit(lambda t: t.set_data(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(keep),
+                                              version=version))
+        else:
+            self._commit(lambda t: t.delete(znodes.REASSIGN_PARTITIONS, version=version))
+
+    def _start_reassignments(self, topic: str, changes: dict[int, list[int]], live: set[int],
+                             legacy_version: int) -> None:
+        fresh = self._read_assignment(topic)
+        if fresh is None:
+            return
+        stat_version, current = fresh
+        planned, _outcomes = reassignment.plan(topic, current, changes, live)
+        if planned is None:
+            return  # already under way (the image had not caught up)
+
+        def build(transaction):
+            # the znode must still ask for it: a later request (which removes the
+            # entry) may have been written since the copy this is based on
+            transaction.check(znodes.REASSIGN_PARTITIONS, legacy_version)
+            transaction.set_data(znodes.topic_path(topic), planned.encode(), version=stat_version)
+        if self._commit(build):
+            log.info("topic %s: reassigning %s", topic, {p: planned.partitions[p] for p in changes})
 
     def _imbalanced(self, image: ClusterImage, live: set[int]) -> set[tuple[str, int]]:
         """Kafka's auto rebalance: for each broker, the partitions it prefers but
@@ -289,3 +467,8 @@ class Controller:
             if 100 * len(not_led) > self.settings.imbalance_per_broker_percentage * len(partitions):
                 wanted.update(not_led)
         return wanted
+
+
+def _partition_of(assignment: znodes.TopicAssignment, p: int) -> tuple:
+    return (assignment.partitions.get(p), assignment.adding_replicas.get(p, []),
+            assignment.removing_replicas.get(p, []))

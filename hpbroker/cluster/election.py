@@ -50,9 +50,15 @@ def controlled_shutdown(replicas: list[int], isr: list[int], live: set[int], lea
     return None
 
 
-def reassignment(target: list[int], isr: list[int], live: set[int]) -> Election | None:
-    """A reassignment completed: the first replica of the new list that is live and in sync."""
+def reassignment(target: list[int], isr: list[int], live: set[int], leader: int = NO_LEADER) -> Election | None:
+    """A reassignment completed: the current leader when it is in the new list
+    and live (leadership moves only when it must, as in Kafka), else the first
+    replica of the new list that is live and in sync; the ISR keeps only the
+    new list's live replicas."""
+    isr = [r for r in isr if r in target and r in live]
+    if leader in isr:
+        return Election(leader, isr)
     for replica in target:
-        if replica in live and replica in isr:
-            return Election(replica, [r for r in isr if r in target])
+        if replica in isr:
+            return Election(replica, isr)
     return None

@@ -27,7 +27,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hpbroker.cluster import session, znodes
+from hpbroker.cluster import reassignment, session, znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.watcher import ImageWatcher
 
@@ -224,3 +224,108 @@ class WorkerLink:
             raise AdminError("unavailable", f"ZooKeeper did not take the change: {exc!r}") from None
         except KazooTimeoutError:
             raise AdminError("unavailable", f"ZooKeeper did not answer within {timeout:.0f} s") from None
+
+    # --- reassignments and leader elections (blocking, bounded: run them off the event loop) -------
+    def alter_reassignments(self, topic: str, changes: dict[int, list[int] | None], *,
+                            allow_replication_factor_change: bool = True) -> dict[int, reassignment.Outcome]:
+        """Start, redirect or cancel (None) reassignments of ``topic``'s
+        partitions, checked against what ZooKeeper holds now and written as the
+        topic znode's next version; the controller carries them out.  An
+        accepted partition also leaves ``/admin/reassign_partitions``: in Kafka
+        the latest request wins."""
+        for _attempt in range(20):
+            try:
+                data, stat = self.wait(self.client.get_async(znodes.topic_path(topic)))
+                current = znodes.TopicAssignment.decode(topic, data)
+            except NoNodeError:
+                current, stat = None, None
+            except znodes.ZnodeFormatError as exc:
+                raise AdminError("conflict", str(exc)) from None
+            if current is not None and self.wait(self.client.exists_async(f"{znodes.DELETE_TOPICS}/{topic}")):
+                current = None  # being deleted: as good as gone
+            planned, outcomes = reassignment.plan(topic, current, changes, self.watcher.image().live,
+                                                  allow_replication_factor_change=allow_replication_factor_change)
+            if planned is None:
+                return outcomes
+            transaction = self.client.transaction()
+            transaction.set_data(znodes.topic_path(topic), planned.encode(), version=stat.version)
+            accepted = {p for p, outcome in outcomes.items() if outcome.error == reassignment.ACCEPTED.error}
+            self._drop_legacy_entries(transaction, topic, accepted)
+            try:
+                self._commit(transaction, f"topic {topic!r}")
+            except AdminError as exc:
+                if exc.reason == "missing":
+                    continue  # the topic or /admin/reassign_partitions changed meanwhile: again from what is there
+                raise
+            return outcomes
+        raise AdminError("conflict", f"topic {topic!r} kept changing: the reassignment was not written")
+
+    def _drop_legacy_entries(self, transaction, topic: str, partitions: set[int]) -> None:
+        try:
+            data, stat = self.wait(self.client.get_async(znodes.REASSIGN_PARTITIONS))
+            entries = znodes.decode_reassignment(data) if data else []
+        except (NoNodeError, znodes.ZnodeFormatError):
+            return
+        keep = [e for e in entries if not (e[0] == topic and e[1] in partitions)]
+        if len(keep) == len(entries):
+            return
+        if keep:
+            transaction.set_data(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(keep), version=stat.version)
+        else:
+            transaction.delete(znodes.REASSIGN_PARTITIONS, version=stat.version)
+
+    def list_reassignments(self, wanted: dict[str, list[int]] | None) -> list[reassignment.OngoingReassignment]:
+        """The reassignments under way, read from ZooKeeper now (so a client sees
+        its own AlterPartitionReassignments at once): of ``wanted`` topic ->
+        partitions, or of every topic when None."""
+        if wanted is None:
+            topics = sorted(self.wait(self.client.get_children_async(znodes.TOPICS)))
+        else:
+            topics = sorted(wanted)
+        reads = [(topic, self.client.get_async(znodes.topic_path(topic))) for topic in topics]  # all in flight at once
+        found = []
+        for topic, read in reads:
+            try:
+                data, _stat = self.wait(read)
+                assignment = znodes.TopicAssignment.decode(topic, data)
+            except NoNodeError:
+                continue
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring topic %s: %s", topic, exc)
+                continue
+            found += reassignment.ongoing(assignment, None if wanted is None else set(wanted[topic]))
+        return found
+
+    def request_preferred_election(self, partitions: list[tuple[str, int]]) -> None:
+        """Ask the controller for preferred leaders (Kafka's ``/admin/preferred_replica_election``)."""
+        self._request(znodes.PREFERRED_REPLICA_ELECTION, partitions, znodes.decode_preferred_election,
+                      znodes.encode_preferred_election)
+
+    def request_unclean_election(self, partitions: list[tuple[str, int]]) -> None:
+        """Ask the controller to elect leaders of these offline partitions from outside their ISR."""
+        self._request(znodes.UNCLEAN_LEADER_ELECTION, partitions, znodes.decode_unclean_election,
+                      znodes.encode_unclean_election)
+
+    def _request(self, path: str, partitions: list[tuple[str, int]], decode, encode) -> None:
+        """Add ``partitions`` to the request znode ``path``, or create it; a
+        request the controller has not taken yet is kept."""
+        for _attempt in range(20):
+            try:
+                data, stat = self.wait(self.client.get_async(path))
+            except NoNodeError:
+                try:
+                    self.wait(self.client.create_async(path, encode(partitions), makepath=True))
+                    return
+                except NodeExistsError:
+                    continue
+            try:
+                pending = decode(data) if data else []
+            except znodes.ZnodeFormatError:
+                pending = []  # unreadable to the controller too: replaced
+            try:
+                self.wait(self.client.set_async(path, encode(sorted(set(pending) | set(partitions))),
+                                                version=stat.version))
+                return
+            except (BadVersionError, NoNodeError):
+                continue  # taken or changed meanwhile
+        raise AdminError("conflict", f"could not write {path}: too much contention")

@@ -266,3 +266,87 @@ def encode_preferred_election(partitions: list[tuple[str, int]]) -> bytes:
 
 def decode_preferred_election(data: bytes) -> list[tuple[str, int]]:
     return _partition_list(PREFERRED_REPLICA_ELECTION, data)
+
+
+# --- reassignments: the target of a partition and Kafka's /admin/reassign_partitions ----------
+# Kafka (KIP-455) keeps an ongoing reassignment in the topic znode itself: the
+# partition's replicas are the target followed by the origin's other replicas,
+# ``adding_replicas`` those of the target not in the origin, ``removing_replicas``
+# those of the origin not in the target.  So a new controller finds every
+# reassignment in progress where it finds the assignment.
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+# hpbroker's own, shaped as the preferred election's: partitions whose leader
+# may be elected from outside the ISR (ElectLeaders with the unclean type).
+UNCLEAN_LEADER_ELECTION = "/admin/unclean_leader_election"
+
+
+def being_reassigned(assignment: TopicAssignment, partition: int) -> bool:
+    return bool(assignment.adding_replicas.get(partition) or assignment.removing_replicas.get(partition))
+
+
+def target_replicas(assignment: TopicAssignment, partition: int) -> list[int]:
+    """Where the partition is headed: its replicas less those being removed."""
+    removing = assignment.removing_replicas.get(partition, [])
+    return [r for r in assignment.partitions[partition] if r not in removing]
+
+
+def origin_replicas(assignment: TopicAssignment, partition: int) -> list[int]:
+    """Where the partition was before its reassignment: its replicas less those being added."""
+    adding = assignment.adding_replicas.get(partition, [])
+    return [r for r in assignment.partitions[partition] if r not in adding]
+
+
+def reassigned(assignment: TopicAssignment, partition: int, target: list[int]) -> TopicAssignment:
+    """The assignment with ``partition`` headed for ``target`` from its origin
+    (an ongoing reassignment is redirected; the origin as target cancels it)."""
+    origin = origin_replicas(assignment, partition)
+    replicas = list(dict.fromkeys([*target, *origin]))
+    adding = [r for r in replicas if r not in origin]
+    removing = [r for r in replicas if r not in target]
+    return _with_partition(assignment, partition, replicas, adding, removing)
+
+
+def reassignment_completed(assignment: TopicAssignment, partition: int) -> TopicAssignment:
+    """The assignment with ``partition`` on its target alone, nothing added or removed."""
+    return _with_partition(assignment, partition, target_replicas(assignment, partition), [], [])
+
+
+def _with_partition(assignment: TopicAssignment, partition: int, replicas: list[int], adding: list[int],
+                    removing: list[int]) -> TopicAssignment:
+    def put(section: dict[int, list[int]], value: list[int]) -> dict[int, list[int]]:
+        changed = {p: list(v) for p, v in section.items() if p != partition}
+        if value:
+            changed[partition] = list(value)
+        return changed
+    return TopicAssignment(assignment.topic, {**assignment.partitions, partition: list(replicas)},
+                           assignment.topic_id, put(assignment.adding_replicas, adding),
+                           put(assignment.removing_replicas, removing))
+
+
+def encode_reassignment(entries: list[tuple[str, int, list[int]]]) -> bytes:
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                               for t, p, r in entries]})
+
+
+def decode_reassignment(data: bytes) -> list[tuple[str, int, list[int]]]:
+    """(topic, partition, target replicas) of ``/admin/reassign_partitions``
+    (the tool's optional ``log_dirs`` are ignored: one log dir choice per broker here)."""
+    entries = _load(REASSIGN_PARTITIONS, data).get("partitions") or []
+    if not isinstance(entries, list):
+        raise ZnodeFormatError(f"{REASSIGN_PARTITIONS}: 'partitions' is not a list")
+    found = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ZnodeFormatError(f"{REASSIGN_PARTITIONS}: entry {entry!r} is not an object")
+        found.append((_field(REASSIGN_PARTITIONS, entry, "topic", str),
+                      _field(REASSIGN_PARTITIONS, entry, "partition", int),
+                      _int_list(REASSIGN_PARTITIONS, entry.get("replicas"))))
+    return found
+
+
+def encode_unclean_election(partitions: list[tuple[str, int]]) -> bytes:
+    return _encode_partition_list(partitions)
+
+
+def decode_unclean_election(data: bytes) -> list[tuple[str, int]]:
+    return _partition_list(UNCLEAN_LEADER_ELECTION, data)
