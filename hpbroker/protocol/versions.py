@@ -85,13 +85,24 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     # AlterConfigs: Kafka 4's range; replaces a topic's overrides (the admin CLI and
     # older tools); broker settings are static here (server.properties + SIGHUP).
     33: (0, 2),
+    # DescribeLogDirs: Kafka 4.0's range (v4 adds the volume's total and usable
+    # bytes); kafka-python's describe_log_dirs sends up to 5, whose cordoning we lack.
+    35: (1, 4),
     # CreatePartitions: all of it.
     37: (0, 3),
     # DeleteGroups: all of it.
     42: (0, 2),
+    # ElectLeaders: all of it (v1 adds the election type, v2 is flexible); what
+    # kafka-python's elect_leaders and librdkafka's ElectLeaders send.
+    43: (0, 2),
     # IncrementalAlterConfigs: what current admin clients (kafka-configs, AdminClient)
     # send to change a topic's settings.
     44: (0, 1),
+    # AlterPartitionReassignments, ListPartitionReassignments: all of them (v1 of
+    # Alter may forbid changing a replication factor); kafka-reassign-partitions
+    # and kafka-python's admin client use them.
+    45: (0, 1),
+    46: (0, 0),
     # OffsetDelete: all of it (only v0 exists).
     47: (0, 0),
     # DescribeCluster: all of it (v2's fenced flag is always false here).

@@ -5,15 +5,18 @@ returning a kio response, a list of pieces (Fetch), or None (no answer, as for
 Produce with acks=0).  ``ROUTES`` maps api keys to them.
 """
 
-from hpbroker.workers.handlers import (alter_configs, api_versions, create_partitions, create_topics, delete_groups, delete_records,
-                                       delete_topics, describe_cluster, describe_configs, describe_groups, fetch,
+from hpbroker.workers.handlers import (alter_configs, alter_partition_reassignments, api_versions, create_partitions,
+                                       create_topics, delete_groups, delete_records, delete_topics, describe_cluster,
+                                       describe_configs, describe_groups, describe_log_dirs, elect_leaders, fetch,
                                        find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
-                                       list_groups, list_offsets, metadata, offset_commit, offset_delete,
-                                       offset_fetch, offset_for_leader_epoch, produce, sync_group)
+                                       list_groups, list_offsets, list_partition_reassignments, metadata,
+                                       offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce,
+                                       sync_group)
 
-_MODULES = (api_versions, create_partitions, create_topics, delete_groups, delete_records, delete_topics,
-            describe_cluster, describe_configs, describe_groups, fetch, find_coordinator, heartbeat, init_producer_id,
-            join_group, leave_group, list_groups, list_offsets, metadata, offset_commit, offset_delete, offset_fetch,
+_MODULES = (alter_partition_reassignments, api_versions, create_partitions, create_topics, delete_groups,
+            delete_records, delete_topics, describe_cluster, describe_configs, describe_groups, describe_log_dirs,
+            elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups,
+            list_offsets, list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
             offset_for_leader_epoch, produce, sync_group)
 ROUTES = {module.API_KEY: module.handle for module in _MODULES}
 ROUTES[alter_configs.ALTER_CONFIGS] = alter_configs.handle_alter_configs
