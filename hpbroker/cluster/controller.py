@@ -400,6 +400,7 @@ class Controller:
         if legacy is None:
             return
         entries, version = legacy
+        in_service = image.live - image.shutting_down  # where replicas may be added, as Kafka's live brokers
         keep, starts = [], {}
         for topic, p, target in entries:
             assignment = None if topic in image.topics_being_deleted else image.topics.get(topic)
@@ -411,7 +412,7 @@ class Controller:
                 elif assignment.partitions[p] == target:
                     log.info("%s-%d: reassignment to %s (%s) done", topic, p, target, znodes.REASSIGN_PARTITIONS)
                     continue
-            _unchanged, outcomes = reassignment.plan(topic, assignment, {p: target}, image.live)
+            _unchanged, outcomes = reassignment.plan(topic, assignment, {p: target}, in_service)
             if outcomes[p].error != reassignment.ACCEPTED.error:
                 log.warning("%s-%d: refusing the reassignment to %s in %s: %s", topic, p, target,
                             znodes.REASSIGN_PARTITIONS, outcomes[p].message)
@@ -419,7 +420,7 @@ class Controller:
             starts.setdefault(topic, {})[p] = target
             keep.append((topic, p, target))
         for topic, changes in sorted(starts.items()):
-            self._start_reassignments(topic, changes, image.live, version)
+            self._start_reassignments(topic, changes, in_service, version)
         if len(keep) == len(entries):
             return
         if keep:

@@ -243,7 +243,8 @@ class WorkerLink:
                 raise AdminError("conflict", str(exc)) from None
             if current is not None and self.wait(self.client.exists_async(f"{znodes.DELETE_TOPICS}/{topic}")):
                 current = None  # being deleted: as good as gone
-            planned, outcomes = reassignment.plan(topic, current, changes, self.watcher.image().live,
+            image = self.watcher.image()
+            planned, outcomes = reassignment.plan(topic, current, changes, image.live - image.shutting_down,
                                                   allow_replication_factor_change=allow_replication_factor_change)
             if planned is None:
                 return outcomes
