@@ -37,6 +37,14 @@ WRITE_TIMEOUT_S = 10.0
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
 
 
+def _settle(future: asyncio.Future, value, error: Exception | None) -> None:
+    if not future.done():
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+
 class AdminError(Exception):
     """An admin write ZooKeeper refused or could not take; ``reason`` names the case."""
 
@@ -140,9 +148,9 @@ class WorkerLink:
             try:
                 value = result.get_nowait()
             except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
-                loop.call_soon_threadsafe(lambda: future.done() or future.set_exception(exc))
+                loop.call_soon_threadsafe(_settle, future, None, exc)
             else:
-                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(value))
+                loop.call_soon_threadsafe(_settle, future, value, None)
         async_result.rawlink(settle)
         return future
 

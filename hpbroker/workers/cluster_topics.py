@@ -178,7 +178,7 @@ class ClusterTopics:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"topic {name!r} has {current} partitions; the new count must be larger, got {count}")
         brokers = {b.broker_id: b.rack for b in self.image.brokers.values()}
-        factor = len(assignment.partitions[0]) if 0 in assignment.partitions else 1
+        factor = len(znodes.target_replicas(assignment, 0)) if 0 in assignment.partitions else 1
         try:
             added = assign_replicas(brokers, count - current, factor, first_partition=current)
         except AssignmentError as exc:

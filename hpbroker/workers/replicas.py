@@ -274,6 +274,7 @@ class ReplicaManager:
             self._follow(*key, state, image)
         for topic in sorted(gone | (set(image.topics_being_deleted))):
             self._delete_local(topic)
+        self._delete_moved_away(image)
         self._close_idle_fetchers()
 
     def _local_log(self, image: ClusterImage, topic: str, partition: int):
@@ -348,14 +349,26 @@ class ReplicaManager:
 
     def _delete_local(self, topic: str) -> None:
         for (name, partition) in list(self.logs.logs()):
-            if name != topic:
-                continue
-            if (name, partition) in self.leaders:
-                self._resign(name, partition)
-            self._unfollow(name, partition)
-            self.logs.delete_log(name, partition)
-            self.wake(name, partition)
-            log.info("%s-%d: deleted with its topic", name, partition)
+            if name == topic:
+                self._delete_replica(name, partition, "with its topic")
+
+    def _delete_moved_away(self, image: ClusterImage) -> None:
+        """A replica reassigned off this broker goes, as Kafka's StopReplica
+        with delete.  Only for topics the image holds: their assignment comes
+        whole from one znode, so a partial image at start cannot cause it."""
+        for (topic, partition) in list(self.logs.logs()):
+            assignment = image.topics.get(topic)
+            if (assignment is not None and partition in assignment.partitions
+                    and self.broker_id not in assignment.partitions[partition]):
+                self._delete_replica(topic, partition, "after its reassignment to other brokers")
+
+    def _delete_replica(self, topic: str, partition: int, why: str) -> None:
+        if (topic, partition) in self.leaders:
+            self._resign(topic, partition)
+        self._unfollow(topic, partition)
+        self.logs.delete_log(topic, partition)
+        self.wake(topic, partition)
+        log.info("%s-%d: local replica deleted %s", topic, partition, why)
 
     async def close(self) -> None:
         for key in list(self.leaders):
