@@ -46,9 +46,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from hpbroker.acceptor import membership
 from hpbroker.acceptor.handoff import HandOff
 from hpbroker.acceptor.metrics_http import MetricsEndpoint
 from hpbroker.acceptor.notify import Notifier
+from hpbroker.cluster.member import ClusterJoinError
 from hpbroker.server import control_channel, metrics_dir
 from hpbroker.server.config import BrokerConfig, parse_listener
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Kind
@@ -139,6 +141,8 @@ class Supervisor:
         self.accept_backoff = ACCEPT_BACKOFF_S[0]
         self.accept_failures = 0  # in the current episode of descriptor exhaustion
         self.bad_messages = Throttled(log)
+        self.member = None  # cluster mode: this broker's membership (registration, controller candidacy)
+        self.hand_over: membership.HandOver | None = None
 
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
@@ -146,12 +150,25 @@ class Supervisor:
         raise_nofile_limit()
         self.root = LogDirRoots(cfg.log_dirs, broker_id=cfg.broker_id)
         try:
+            if cfg["zookeeper.connect"]:
+                self._join_cluster()
             self.clean = self.root.open()
         except OSError as exc:
+            self._leave_cluster()
             raise BrokerStartError(f"cannot use log dir {exc.filename}: {exc.strerror}") from None
         except Exception as exc:
+            self._leave_cluster()
             raise BrokerStartError(str(exc)) from None
         self.cluster_id = self.root.cluster_id
+        try:
+            self._start_serving()
+        except BaseException:
+            self._leave_cluster()
+            self.root.unlock()
+            raise
+
+    def _start_serving(self) -> None:
+        cfg = self.config
         listener = cfg.listener
         self.listener = systemd_listener() or bind_listener(listener.host, listener.port)
         self.listener.setblocking(False)
@@ -176,6 +193,26 @@ class Supervisor:
             self._spawn(slot, clean_shutdown=self.clean)
         log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
                  self.address[0], self.address[1], len(self.slots), self.cluster_id, ", ".join(cfg.log_dirs))
+
+    def _join_cluster(self) -> None:
+        """Cluster mode: lock the directories, join with the ids they record,
+        and open them with the ids the cluster settled (a generated broker id,
+        ZooKeeper's cluster id).  The workers see the broker id through the config."""
+        self.root.lock()
+        stored_broker_id, stored_cluster_id = self.root.stored_ids()
+        try:
+            self.member = membership.join(self.config, stored_broker_id, stored_cluster_id)
+        except ClusterJoinError as exc:
+            self.root.unlock()
+            raise BrokerStartError(str(exc)) from None
+        self.config = BrokerConfig.from_sources(overrides={**self.config.props,
+                                                           "broker.id": str(self.member.broker_id)})
+        self.root.broker_id, self.root.cluster_id = self.member.broker_id, self.member.cluster_id
+
+    def _leave_cluster(self) -> None:
+        if self.member is not None:
+            self.member.close()  # the registration vanishes now, not after the session timeout
+            self.member = None
 
     def _install_signals(self) -> None:
         self.wakeup_r, self.wakeup_w = os.pipe()
@@ -257,6 +294,8 @@ class Supervisor:
             while self.pending_signals:
                 signum = self.pending_signals.pop(0)
                 getattr(self, f"handle_{signal.Signals(signum).name.lower()}")()
+            if self.hand_over is not None and self.hand_over.finished and not self.stopping:
+                self.handle_sigterm()
             if self.stopping:
                 return self._finish_stop()
             now = time.monotonic()
@@ -409,9 +448,23 @@ class Supervisor:
 
     # --- signals -------------------------------------------------------------------
     def handle_sigterm(self) -> None:
+        if self.member is not None and self.config["controlled.shutdown.enable"] and self.hand_over is None:
+            # leaderships move away first, while the workers keep answering
+            timeout_s = membership.shutdown_timeout_s(self.config)
+            log.info("stopping: controlled shutdown first (up to %.0f s); a second signal skips it", timeout_s)
+            self.notifier.stopping()
+            self.hand_over = membership.HandOver(self.member, timeout_s, self._wake_loop)
+            return
         if not self.stopping:
             log.info("stopping: no new connections; workers finish in-flight requests and flush")
         self.stopping = True
+
+    def _wake_loop(self) -> None:
+        """From the controlled shutdown's thread: the loop looks at ``hand_over`` now."""
+        try:
+            os.write(self.wakeup_w, b"\0")
+        except OSError:
+            pass
 
     handle_sigint = handle_sigterm
 
@@ -534,6 +587,7 @@ class Supervisor:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         metrics_dir.cleanup(self.metrics_path)
+        self._leave_cluster()
         all_clean = all(c == 0 for c in codes) and self.exit_code == 0
         if all_clean:
             self.root.close()

@@ -47,7 +47,7 @@ _BROKER_KEYS = {
     "log.flush.scheduler.interval.ms": (int, (1 << 63) - 1),
     "log.flush.offset.checkpoint.interval.ms": (int, 60000),
     "offsets.topic.num.partitions": (int, 50),
-    "offsets.topic.replication.factor": (int, 1),
+    "offsets.topic.replication.factor": (int, 3),  # capped by the live brokers (standalone: 1)
     "offsets.retention.minutes": (int, 10080),
     "group.initial.rebalance.delay.ms": (int, 3000),
     "group.min.session.timeout.ms": (int, 6000),
@@ -203,9 +203,9 @@ class BrokerConfig:
             raise ConfigError("num.partitions must be at least 1")
         if not self.log_dirs:
             raise ConfigError("log.dirs is empty")
-        if self.values["zookeeper.connect"]:
-            raise ConfigError("zookeeper.connect is set, but cluster mode is not built yet: "
-                              "remove it to run this broker standalone")
+        connect = self.values["zookeeper.connect"]
+        if connect and not connect.strip().partition("/")[0]:
+            raise ConfigError(f"zookeeper.connect {connect!r} names no server: expected host:port[,host:port...][/chroot]")
         self.listener  # parses, or raises ConfigError
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])

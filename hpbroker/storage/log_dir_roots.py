@@ -29,12 +29,32 @@ class LogDirRoots:
         self.had_clean_shutdown = True
         self._locks: list[int] = []
 
-    def open(self) -> bool:
-        """Lock the directories, check ``meta.properties``, and consume the
-        clean-shutdown markers; returns whether the last stop was clean."""
+    def lock(self) -> None:
+        """Take every directory's lock (``LogDirInUseError`` when another broker has one)."""
+        if self._locks:
+            return
         for log_dir in self.log_dirs:
             os.makedirs(log_dir, exist_ok=True)
             self._lock(log_dir)
+
+    def stored_ids(self) -> tuple[int | None, str | None]:
+        """(broker id, cluster id) as ``meta.properties`` records them, or None
+        where no directory has one yet: what a cluster member joins with."""
+        broker_id = cluster_id = None
+        for log_dir in self.log_dirs:
+            path = os.path.join(log_dir, filenames.META_PROPERTIES)
+            if os.path.exists(path):
+                props = checkpoints.read_properties(path)
+                found = props.get("broker.id", props.get("node.id"))
+                broker_id = int(found) if found is not None and broker_id is None else broker_id
+                cluster_id = cluster_id or props.get("cluster.id")
+        return broker_id, cluster_id
+
+    def open(self) -> bool:
+        """Lock the directories (if not yet), check ``meta.properties``, and
+        consume the clean-shutdown markers; returns whether the last stop was clean."""
+        self.lock()
+        for log_dir in self.log_dirs:
             self._check_meta_properties(log_dir)
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)

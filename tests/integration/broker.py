@@ -52,7 +52,7 @@ def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
 
 def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
     """One Metadata v0 request (all topics) on a fresh connection; True when the
-    answer is well formed and advertises ``port``."""
+    answer is well formed and advertises ``port`` (among a cluster's brokers)."""
     body = struct.pack(">hhih", 3, 0, 7, 4) + b"ping" + struct.pack(">i", 0)
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
@@ -64,10 +64,14 @@ def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
     correlation, brokers = struct.unpack_from(">ii", data, 0)
     if correlation != 7 or brokers < 1:
         return False
-    pos = 8 + 4  # node_id
-    (host_len,) = struct.unpack_from(">h", data, pos)
-    (advertised_port,) = struct.unpack_from(">i", data, pos + 2 + host_len)
-    return advertised_port == port
+    pos = 8
+    for _ in range(brokers):  # a cluster's brokers are all listed; ours among them
+        (host_len,) = struct.unpack_from(">h", data, pos + 4)
+        (advertised_port,) = struct.unpack_from(">i", data, pos + 6 + host_len)
+        if advertised_port == port:
+            return True
+        pos += 10 + host_len
+    return False
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:

@@ -1,0 +1,150 @@
+"""Three brokers, replication factor 3, min.insync.replicas=2, with an
+idempotent acks=all producer and a consumer group running throughout, while
+brokers die: the leader, then the controller, then (after the first has
+rejoined the ISR) the new leader.  Nothing acknowledged is lost, nothing is
+written twice, and the group keeps consuming from its committed offsets."""
+
+import threading
+import time
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.brokers import Cluster
+from tests.integration.broker import wait_for
+
+PARTITIONS = 3
+
+
+class Producing:
+    """An idempotent acks=all producer sending numbered values until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.producer = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                     "linger.ms": 5, "message.timeout.ms": 120000,
+                                     "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500})
+        self.topic = topic
+        self.acked: set[bytes] = set()
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error, message) -> None:
+        if error is None:
+            self.acked.add(message.value())
+        else:
+            self.failed.append(f"{message.value()!r}: {error}")
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            try:
+                self.producer.produce(self.topic, b"v-%06d" % n, key=b"k-%d" % (n % 17), on_delivery=self._delivered)
+                n += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.002)
+        self.producer.flush(120)
+
+    def progressed(self, count: int):
+        """A condition: ``count`` more acknowledgements than when asked."""
+        target = len(self.acked) + count
+        return lambda: len(self.acked) >= target
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(150)
+
+
+class Consuming:
+    """One consumer of a group, committing as it goes."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str):
+        self.consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                     "auto.offset.reset": "earliest", "auto.commit.interval.ms": 500,
+                                     "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500,
+                                     "session.timeout.ms": 10000})
+        self.consumer.subscribe([topic])
+        self.seen: set[bytes] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            message = self.consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                self.seen.add(message.value())
+        self.consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def read_everything(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record of the topic, from a fresh consumer (no group)."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest"})
+    values = []
+    try:
+        ends = {}
+        for p in range(PARTITIONS):
+            _low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=30)
+            ends[p] = high
+        consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        positions = {p: 0 for p in range(PARTITIONS)}
+        deadline = time.monotonic() + 60
+        while any(positions[p] < ends[p] for p in positions) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+                positions[message.partition()] = message.offset() + 1
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.fixture
+def cluster(zookeeper, chroot, tmp_path):
+    found = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2"})
+    found.start_all()
+    yield found
+    found.close()
+
+
+def test_nothing_acknowledged_is_lost_through_three_broker_deaths(cluster):
+    topic = "orders"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
+    cluster.wait_in_sync(topic, PARTITIONS)
+    producing = Producing(cluster.bootstrap, topic)
+    consuming = Consuming(cluster.bootstrap, topic, "survivors")
+    try:
+        wait_for(producing.progressed(300), 60, "the producer to get going")
+        wait_for(lambda: len(consuming.seen) >= 100, 60, "the group to get going")
+
+        first = cluster.leader_of(topic, 0)
+        cluster.kill(first)
+        wait_for(producing.progressed(300), 90, f"acks=all writes to carry on without broker {first}")
+        controller = cluster.controller()
+        cluster.kill(controller)
+        wait_for(producing.progressed(300), 90, f"writes to carry on without the controller {controller}")
+        for broker_id in {first, controller}:
+            cluster.start(broker_id)
+        cluster.wait_in_sync(topic, PARTITIONS)
+        leader = cluster.leader_of(topic, 0)
+        cluster.kill(leader)
+        wait_for(producing.progressed(300), 90, f"writes to carry on without the new leader {leader}")
+        cluster.start(leader)
+        cluster.wait_in_sync(topic, PARTITIONS)
+    finally:
+        producing.stop()
+    assert not producing.failed, producing.failed[:5]
+    wait_for(lambda: producing.acked <= consuming.seen, 90, "the group to read every acknowledged record")
+    consuming.stop()
+    written = read_everything(cluster.bootstrap, topic)
+    assert len(written) == len(set(written)), "a record was written twice"
+    assert producing.acked <= set(written)
