@@ -87,6 +87,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], Followed] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._closed = False
         self._connection: ClientConnection | None = None
         self.on_progress = lambda topic, partition: None  # new data or high watermark: wake waiters
 
@@ -104,6 +105,11 @@ class ReplicaFetcher:
         self._changed.set()
 
     async def close(self) -> None:
+        # the flag, not only the cancel: Python 3.11's wait_for can swallow a
+        # cancel that lands as the event it waits on is set, and the loop
+        # would then wait forever
+        self._closed = True
+        self._changed.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -113,7 +119,7 @@ class ReplicaFetcher:
 
     # --- the loop --------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             active = [f for f in self.partitions.values() if not f.stalled]
             if not active:
                 # the leader may learn of its role after us: ask again after the back-off

@@ -310,7 +310,14 @@ class Worker:
                 connection.queue.put_nowait(None)
         tasks = [c.task for c in self.connections if c.task is not None]
         if tasks:
-            await asyncio.wait(tasks, timeout=self.config["shutdown.timeout.ms"] / 1000)
+            _done, busy = await asyncio.wait(tasks, timeout=self.config["shutdown.timeout.ms"] / 1000)
+            for connection in self.connections:
+                if connection.task in busy and connection.current is not None:
+                    # what kept the stop waiting, for whoever reads why it was slow
+                    header = connection.current
+                    log.warning("stopping: a request from %s (api %d v%d, correlation id %d) did not finish in time",
+                                connection.peer, header.api_key, header.api_version,
+                                header.correlation_id)
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.close()

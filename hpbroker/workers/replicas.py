@@ -177,7 +177,11 @@ class ReplicaManager:
             self._propose(topic, partition, found, wanted)
 
     def _propose(self, topic: str, partition: int, found: Leadership, isr: list[int]) -> None:
-        if found.proposing or not self._trusted():
+        # a replica whose broker is not registered, or is in a controlled shutdown,
+        # cannot join (as Kafka's KIP-841): the controller would take it out
+        # again, and the two writers would fight
+        isr = [r for r in isr if r == self.broker_id or (r in self.image.brokers and r not in self.image.shutting_down)]
+        if found.proposing or sorted(isr) == sorted(found.state.isr) or not self._trusted():
             return
         found.proposing = True
         base = found.znode

@@ -67,7 +67,7 @@ class Cluster:
     def resume(self, broker_id: int) -> None:
         self._signal_tree(broker_id, signal.SIGCONT)
 
-    def _signal_tree(self, broker_id: int, sig: int) -> None:
+    def _signal_tree(self, broker_id: int, sig: int) -> None:  # noqa
         pid = self.brokers[broker_id].pid
         for target in children(pid) | {pid}:
             os.kill(target, sig)

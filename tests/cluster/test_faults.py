@@ -1,0 +1,164 @@
+"""Faults a three-broker cluster meets, with real clients: a broker paused past
+its ZooKeeper session, a follower's divergent tail, ZooKeeper restarted
+under load, and a controlled shutdown under load."""
+
+import asyncio
+import datetime
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+from hpbroker.errors import ErrorCode
+from hpbroker.records import Record, encode_batch, iter_batches
+from hpbroker.replication.client import ClientConnection
+from tests.cluster.brokers import SESSION_MS, Cluster
+from tests.cluster.test_failover import Producing
+from tests.integration.broker import wait_for
+
+
+@pytest.fixture
+def cluster(zookeeper, chroot, tmp_path):
+    found = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2"})
+    found.start_all()
+    yield found
+    found.close()
+
+
+def create(cluster: Cluster, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(30)
+    cluster.wait_in_sync(topic, partitions)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], acks: str) -> None:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 1,
+                            "message.timeout.ms": 60000})
+    failed = []
+    for value in values:
+        producer.produce(topic, value, partition=0, on_delivery=lambda e, m: e is None or failed.append(e))
+    assert producer.flush(90) == 0
+    assert not failed, failed[:3]
+
+
+def replica_values(broker_dir: Path, topic: str) -> list[bytes]:
+    """The values a broker's replica of ``topic``-0 holds, read from its segment files."""
+    values = []
+    for segment in sorted((broker_dir / f"{topic}-0").glob("*.log")):
+        for batch in iter_batches(segment.read_bytes(), allow_partial_tail=True):
+            if not batch.header.is_control:
+                values += [record.value for record in batch.records]
+    return values
+
+
+def raw_produce(topic: str, value: bytes) -> ProduceRequest:
+    return ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
+        TopicProduceData(name=topic, partition_data=(
+            PartitionProduceData(index=0, records=encode_batch([Record(0, 0, None, value)])),)),))
+
+
+def test_a_broker_paused_past_its_session_takes_no_write_for_what_it_lost(cluster):
+    """A producer that still believes in the old leader sends while it is
+    paused; once continued the old leader must refuse, not append."""
+    topic = "paused"
+    create(cluster, topic)
+    old = cluster.leader_of(topic, 0)
+    broker = cluster.brokers[old]
+
+    async def main():
+        connection = await ClientConnection.open(broker.host, broker.port, "stale-producer")
+        try:
+            answer = await connection.send(raw_produce(topic, b"before"))
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+            await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(
+                lambda: all(replica_values(b.data_dir, topic) == [b"before"] for b in cluster.brokers.values()),
+                30, "every replica to copy the first record"))  # acks=1: only then is it safe from a leader change
+            cluster.pause(old)
+            await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(
+                lambda: cluster.state(topic, 0).leader not in (old, -1), SESSION_MS / 1000 * 4,
+                "another broker to lead once the paused one's session expired"))
+            stale = asyncio.ensure_future(connection.send(raw_produce(topic, b"stale"), timeout=60))
+            await asyncio.sleep(0)  # the request is written to the socket: it waits there for the broker
+            cluster.resume(old)
+            answer = await stale
+            return answer.responses[0].partition_responses[0].error_code
+        finally:
+            connection.close()
+
+    error = asyncio.run(main())
+    assert error == ErrorCode.not_leader_or_follower, error
+    cluster.wait_in_sync(topic, 1)  # the old leader came back as a follower
+    produce(cluster.bootstrap, topic, [b"after"], acks="all")
+    for broker_id, broker in cluster.brokers.items():
+        wait_for(lambda: replica_values(broker.data_dir, topic) == [b"before", b"after"], 30,
+                 f"broker {broker_id}'s replica to hold exactly what was acknowledged")
+
+
+def test_a_divergent_tail_is_truncated_after_a_leader_change(cluster):
+    """The leader takes acks=1 records its followers never copy, then dies; a
+    follower leads; the old leader, back, cuts that tail (by leader epoch)
+    and the three replicas end up identical."""
+    topic = "diverging"
+    create(cluster, topic)
+    produce(cluster.bootstrap, topic, [b"shared-%d" % i for i in range(100)], acks="all")
+    old = cluster.leader_of(topic, 0)
+    followers = [b for b in cluster.brokers if b != old]
+    for broker_id in followers:
+        wait_for(lambda: len(replica_values(cluster.brokers[broker_id].data_dir, topic)) == 100, 30,
+                 f"broker {broker_id} to copy the shared records")
+    for broker_id in followers:
+        cluster.pause(broker_id)
+    try:
+        produce(cluster.brokers[old].bootstrap, topic, [b"only-on-the-old-leader-%d" % i for i in range(50)],
+                acks="1")
+        cluster.kill(old)
+    finally:
+        for broker_id in followers:
+            cluster.resume(broker_id)
+    wait_for(lambda: cluster.state(topic, 0).leader in followers, SESSION_MS / 1000 * 4, "a follower to lead")
+    produce(cluster.bootstrap, topic, [b"later-%d" % i for i in range(30)], acks="all")
+    cluster.start(old)
+    cluster.wait_in_sync(topic, 1)
+    wanted = [b"shared-%d" % i for i in range(100)] + [b"later-%d" % i for i in range(30)]
+    for broker_id, broker in cluster.brokers.items():
+        wait_for(lambda: replica_values(broker.data_dir, topic) == wanted, 30,
+                 f"broker {broker_id}'s replica to match the new leader's")
+
+
+def test_zookeeper_restarted_under_load_loses_nothing(cluster, zookeeper):
+    topic = "zk-restart"
+    create(cluster, topic, 3)
+    producing = Producing(cluster.bootstrap, topic)
+    try:
+        wait_for(producing.progressed(200), 60, "the producer to get going")
+        zookeeper.restart()
+        wait_for(producing.progressed(300), 60, "writes to carry on across the ZooKeeper restart")
+        # the cluster still acts on failures: a leader killed now is replaced
+        leader = cluster.leader_of(topic, 0)
+        cluster.kill(leader)
+        wait_for(lambda: cluster.state(topic, 0).leader not in (leader, -1), SESSION_MS / 1000 * 4,
+                 "a new leader after the restart")
+        wait_for(producing.progressed(300), 90, "writes to carry on without the killed leader")
+    finally:
+        producing.stop()
+    assert not producing.failed, producing.failed[:5]
+
+
+def test_a_controlled_shutdown_under_load_fails_no_delivery(cluster):
+    topic = "controlled"
+    create(cluster, topic, 3)
+    producing = Producing(cluster.bootstrap, topic)
+    try:
+        wait_for(producing.progressed(200), 60, "the producer to get going")
+        leader = cluster.leader_of(topic, 0)
+        cluster.stop(leader)  # SIGTERM: leaderships move away first; a clean exit is asserted
+        assert all(cluster.state(topic, p).leader != leader for p in range(3))
+        wait_for(producing.progressed(300), 60, f"writes to carry on after broker {leader} stopped")
+        cluster.start(leader)
+        cluster.wait_in_sync(topic, 3)
+        wait_for(producing.progressed(300), 60, f"writes to carry on after broker {leader} returned")
+    finally:
+        producing.stop()
+    assert not producing.failed, producing.failed[:5]
