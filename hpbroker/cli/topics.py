@@ -91,6 +91,7 @@ def describe_topics(args, admin) -> int:
     names = args.topics or sorted(n for n in admin.list_topics(timeout=args.timeout).topics if not n.startswith("__"))
     if not names:
         return _print_described(args, [])
+    live = set(admin.list_topics(timeout=args.timeout).brokers)
     futures = admin.describe_topics(TopicCollection(names), request_timeout=args.timeout)
     described = [_described(futures[name], name, args.timeout) for name in names]
     partitions = [(d.name, p.id) for d in described for p in d.partitions]
@@ -109,6 +110,7 @@ def describe_topics(args, admin) -> int:
                 "leader": p.leader.id if p.leader is not None else None,
                 "replicas": [n.id for n in p.replicas],
                 "isr": [n.id for n in p.isr],
+                "offline": [n.id for n in p.replicas if n.id not in live],
                 "log_start_offset": earliest[(d.name, p.id)],
                 "log_end_offset": latest[(d.name, p.id)],
             } for p in sorted(d.partitions, key=lambda p: p.id)],
@@ -146,9 +148,9 @@ def _print_described(args, topics) -> int:
         configs = ",".join(f"{k}={v}" for k, v in t["configs"].items()) or "-"
         output.line(f"Topic: {t['topic']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
                     f"ReplicationFactor: {t['replication_factor']}  Configs: {configs}")
-        output.table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET"],
-                     [[p["partition"], p["leader"], p["replicas"], p["isr"], p["log_start_offset"], p["log_end_offset"]]
-                      for p in t["partitions"]])
+        output.table(["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START-OFFSET", "LOG-END-OFFSET"],
+                     [[p["partition"], p["leader"], p["replicas"], p["isr"], p["offline"] or "-", p["log_start_offset"],
+                       p["log_end_offset"]] for p in t["partitions"]])
     return 0
 
 
