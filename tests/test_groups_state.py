@@ -393,12 +393,12 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
         topics.create("events", 2)
         j = await c.join_group("g", "", None, "cli", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
         await c.sync_group("g", 1, j[5], None, None, None, [(j[5], b"assign")])
-        assert c.offset_commit("g", 1, j[5], None, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)], 9) \
+        assert await c.offset_commit("g", 1, j[5], None, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)], 9) \
             == [("events", 0, E.NONE), ("events", 1, E.NONE)]
-        assert c.offset_commit("g", 5, j[5], None, [("events", 0, 11, 3, "")], 9) == [("events", 0, E.ILLEGAL_GENERATION)]
-        assert c.offset_commit("simple", -1, "", None, [("events", 0, 5, -1, "")], 9) == [("events", 0, E.NONE)]
-        assert c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 9)[0][2] == E.GROUP_ID_NOT_FOUND
-        assert c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 8)[0][2] == E.ILLEGAL_GENERATION
+        assert await c.offset_commit("g", 5, j[5], None, [("events", 0, 11, 3, "")], 9) == [("events", 0, E.ILLEGAL_GENERATION)]
+        assert await c.offset_commit("simple", -1, "", None, [("events", 0, 5, -1, "")], 9) == [("events", 0, E.NONE)]
+        assert (await c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 9))[0][2] == E.GROUP_ID_NOT_FOUND
+        assert (await c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 8))[0][2] == E.ILLEGAL_GENERATION
         assert c.delete_group("g") == E.NON_EMPTY_GROUP
         assert c.delete_group("simple") == E.NONE
         assert c.delete_group("simple") == E.GROUP_ID_NOT_FOUND
@@ -431,8 +431,8 @@ def test_offset_delete_and_expiry(tmp_path):
     async def scenario():
         c, topics, logs = make_coordinator(tmp_path, **{"offsets.retention.minutes": "1"})
         topics.create("events", 1)
-        c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9)
-        c.offset_commit("h", -1, "", None, [("events", 0, 1, -1, "")], 9)
+        await c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9)
+        await c.offset_commit("h", -1, "", None, [("events", 0, 1, -1, "")], 9)
         assert c.offset_delete("g", [("events", 0)]) == (E.NONE, [("events", 0, E.NONE)])
         assert c.offset_fetch("g", [("events", [0])], False)[1][0][2] == -1
         assert c.offset_delete("zzz", [("events", 0)])[0] == E.GROUP_ID_NOT_FOUND

@@ -153,3 +153,11 @@ def test_nothing_acknowledged_is_lost_through_three_broker_deaths(cluster):
     written = read_everything(cluster.bootstrap, topic)
     assert len(written) == len(set(written)), "a record was written twice"
     assert producing.acked <= set(written)
+    # the group's committed offsets (replicated like any record) are where it stopped: the end
+    probe = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "survivors"})
+    try:
+        committed = probe.committed([ck.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+        ends = [probe.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)]
+    finally:
+        probe.close()
+    assert [tp.offset for tp in committed] == ends

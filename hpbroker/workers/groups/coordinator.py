@@ -39,6 +39,7 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 RETENTION_CHECK_S = 600.0  # offsets.retention.check.interval.ms
 LOAD_CHUNK_BYTES = 1 << 20
+COMMIT_TIMEOUT_S = 5.0  # offsets.commit.timeout.ms
 _GROUP_TYPE = "classic"
 
 
@@ -185,18 +186,34 @@ class GroupCoordinator:
 
     # --- writing records ---------------------------------------------------------------
     def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> int:
+        return self._append_at(group_id, pairs)[0]
+
+    def _append_at(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> tuple[int, int]:
+        """(error, the offset just past the records appended)."""
         if not pairs:
-            return E.NONE
+            return E.NONE, -1
         ts = now_ms()
         batch = encode_batch([Record(i, ts, k, v) for i, (k, v) in enumerate(pairs)])
-        error = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch)).error
+        appended = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch))
+        error = appended.error
         if error == E.NONE:
-            return E.NONE
+            return E.NONE, appended.end_offset
         self._problems.log(logging.WARNING, ("append", error), "appending to %s for group %r failed with error %d",
                            OFFSETS_TOPIC, group_id, error)
         if error in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
-            return E.INVALID_COMMIT_OFFSET_SIZE
-        return E.COORDINATOR_NOT_AVAILABLE
+            return E.INVALID_COMMIT_OFFSET_SIZE, -1
+        if error == E.NOT_LEADER_OR_FOLLOWER:
+            return E.NOT_COORDINATOR, -1
+        return E.COORDINATOR_NOT_AVAILABLE, -1
+
+    async def _replicated(self, group_id: str, end_offset: int) -> int:
+        """Kafka commits offsets with acks=all: answered once the offsets
+        partition's high watermark passed them (at once standalone)."""
+        p = group_partition(group_id, self.partitions)
+        error = (await self.service.wait_replicated([(OFFSETS_TOPIC, p, end_offset)], COMMIT_TIMEOUT_S))[0]
+        if error == E.NONE:
+            return E.NONE
+        return E.NOT_COORDINATOR if error == E.NOT_LEADER_OR_FOLLOWER else E.COORDINATOR_NOT_AVAILABLE
 
     def _persist(self, group: Group) -> int:
         value = R.GroupValue(group.protocol_type or "", group.generation, group.protocol_name, group.leader,
@@ -292,7 +309,7 @@ class GroupCoordinator:
         return error
 
     # --- offsets --------------------------------------------------------------------------
-    def offset_commit(self, group_id, generation, member_id, instance_id, partitions, api_version) -> list:
+    async def offset_commit(self, group_id, generation, member_id, instance_id, partitions, api_version) -> list:
         """partitions: [(topic, partition, offset, leader epoch, metadata)] -> [(topic, partition, error)]."""
         error = self._check(group_id)
         group = self.groups.get(group_id)
@@ -313,7 +330,9 @@ class GroupCoordinator:
             pairs.append((R.encode_offset_key(group_id, topic, partition), R.encode_offset_value(value)))
             values.append((topic, partition, value))
             results.append((topic, partition, E.NONE))
-        error = self._append(group_id, pairs)
+        error, end_offset = self._append_at(group_id, pairs)
+        if error == E.NONE and pairs:
+            error = await self._replicated(group_id, end_offset)
         if error != E.NONE:
             return [(t, p, error if e == E.NONE else e) for t, p, e in results]
         for topic, partition, value in values:
