@@ -1,12 +1,14 @@
 """Faults a three-broker cluster meets, with real clients: a broker paused past
 its ZooKeeper session, a follower's divergent tail, ZooKeeper restarted
-under load, and a controlled shutdown under load."""
+under load, a controlled shutdown under load, kafka-python clients through
+restarts, and a worker killed under load."""
 
 import asyncio
 import datetime
 from pathlib import Path
 
 import confluent_kafka as ck
+import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -162,3 +164,66 @@ def test_a_controlled_shutdown_under_load_fails_no_delivery(cluster):
     finally:
         producing.stop()
     assert not producing.failed, producing.failed[:5]
+
+
+def test_kafka_python_clients_carry_on_through_a_leader_restart(cluster):
+    """kafka-python (no leader epochs in its fetches) through SIGKILL and SIGTERM
+    restarts of the leader: every acknowledged record is consumed by its group."""
+    topic = "kafka-python"
+    create(cluster, topic, 2)
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", retries=20,
+                                   retry_backoff_ms=200, reconnect_backoff_max_ms=500, request_timeout_ms=30000)
+    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id="kp-group",
+                                   auto_offset_reset="earliest", reconnect_backoff_max_ms=500,
+                                   metadata_max_age_ms=1000)
+    acked, seen = set(), set()
+
+    def send(prefix: str, count: int) -> None:
+        futures = [(b"%s-%d" % (prefix.encode(), i), producer.send(topic, b"%s-%d" % (prefix.encode(), i)))
+                   for i in range(count)]
+        for value, future in futures:
+            future.get(timeout=90)
+            acked.add(value)
+
+    def consumed_all() -> bool:
+        for records in consumer.poll(200).values():
+            seen.update(r.value for r in records)
+        return acked <= seen
+
+    try:
+        send("before", 200)
+        wait_for(consumed_all, 60, "the kafka-python group to read the first records")
+        for how in ("kill", "stop"):
+            leader = cluster.leader_of(topic, 0)
+            getattr(cluster, how)(leader)
+            send(f"without-{leader}-{how}", 200)
+            cluster.start(leader)
+            cluster.wait_in_sync(topic, 2)
+            send(f"after-{how}", 200)
+            wait_for(consumed_all, 90, f"the group to read what was produced around the {how} of broker {leader}")
+    finally:
+        producer.close(10)
+        consumer.close()
+
+
+def test_a_worker_killed_under_load_loses_nothing(zookeeper, chroot, tmp_path):
+    """Two workers per broker: the leader's worker owning the partition dies;
+    the acceptor restarts it, it takes its roles again from its own session."""
+    cluster = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2", "num.workers": "2"})
+    try:
+        cluster.start_all()
+        topic = "worker-kill"
+        create(cluster, topic, 4)
+        producing = Producing(cluster.bootstrap, topic)
+        try:
+            wait_for(producing.progressed(200), 60, "the producer to get going")
+            leader = cluster.brokers[cluster.leader_of(topic, 0)]
+            for index in sorted(leader.worker_pids()):
+                leader.kill_worker(index)
+                wait_for(producing.progressed(300), 90, f"writes to carry on after worker {index} was killed")
+            cluster.wait_in_sync(topic, 4)
+        finally:
+            producing.stop()
+        assert not producing.failed, producing.failed[:5]
+    finally:
+        cluster.close()
