@@ -207,6 +207,8 @@ class Supervisor:
             raise BrokerStartError(str(exc)) from None
         self.config = BrokerConfig.from_sources(overrides={**self.config.props,
                                                            "broker.id": str(self.member.broker_id)})
+        if self.reload_config is not None:
+            self.reload_config = _keeping_broker_id(self.reload_config, self.member.broker_id)
         self.root.broker_id, self.root.cluster_id = self.member.broker_id, self.member.cluster_id
 
     def _leave_cluster(self) -> None:
@@ -266,6 +268,11 @@ class Supervisor:
                 other.control.close()
         self.root.unlock()  # this process's copies: the acceptor keeps the directory locks
         self.handoff.close_all()  # the acceptor's copies: a worker must not keep connections alive
+        # The cluster member's kazoo client is the acceptor's: its threads did not
+        # survive the fork and its locks may have been held at that moment, so a
+        # worker never uses it (it opens its own session).  Its atexit hook does
+        # not run either: a worker ends with os._exit.
+        self.member = self.hand_over = None
 
     # --- the loop ------------------------------------------------------------------
     def run(self) -> int:
@@ -628,6 +635,18 @@ class Supervisor:
                             continue  # anything else a draining worker says no longer matters
                     waiting.pop(sock, None)
                     channels.unregister(sock)
+
+
+def _keeping_broker_id(load, broker_id: int):
+    """``load`` for SIGHUP, with the broker id the cluster settled (stored or
+    generated) when the sources set none (or -1): otherwise every reload would
+    report broker.id as changed and needing a restart."""
+    def reload() -> BrokerConfig:
+        new = load()
+        if ("broker.id" in new.props or "node.id" in new.props) and new.broker_id >= 0:
+            return new
+        return BrokerConfig.from_sources(overrides={**new.props, "broker.id": str(broker_id)})
+    return reload
 
 
 def restart_delay(exits_in_window: int) -> float:
