@@ -78,8 +78,8 @@ def test_create_list_describe_a_topic(broker):
     assert first.startswith(f"Topic: {topic}  TopicId: ") and "PartitionCount: 3" in first
     assert "Configs: retention.ms=86400000" in first
     rows = table_rows("\n".join(rest))
-    assert rows[0] == ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET"]
-    assert rows[2][0] == "1" and rows[2][4:] == ["0", "5"]
+    assert rows[0] == ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START-OFFSET", "LOG-END-OFFSET"]
+    assert rows[2][0] == "1" and rows[2][4:] == ["-", "0", "5"]
 
 
 def test_create_twice_and_delete(broker):
