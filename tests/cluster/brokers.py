@@ -10,6 +10,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from hpbroker.cluster import session, znodes
 from tests.integration.broker import Broker, children, wait_for
 
@@ -118,3 +120,12 @@ class Cluster:
                     return False
             return True
         wait_for(full, WAIT_S * 2, f"every replica of {topic} to be in sync")
+
+
+@pytest.fixture
+def cluster(zookeeper, chroot, tmp_path):
+    """Three brokers with min.insync.replicas=2, started; all killed at the end."""
+    found = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2"})
+    found.start_all()
+    yield found
+    found.close()

@@ -20,8 +20,7 @@ from hpbroker.storage.config import LogConfig
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
-from tests.cluster.test_controller import state, wait_state
-from tests.cluster.test_reassignment import SESSION_MS, WAIT_S, admin, cluster, set_isr, until  # noqa: F401
+from tests.cluster.members import SESSION_MS, WAIT_S, admin, cluster, set_isr, state, until, wait_state  # noqa: F401
 
 ELECT, ALTER, LIST = 43, 45, 46
 

@@ -2,98 +2,10 @@
 members (session, registration, image watcher, controller) without a data
 plane, so leadership and ISR decisions can be driven and read exactly."""
 
-import pytest
-from kazoo.client import KazooClient
-
-from hpbroker.cluster import registration, session, znodes
-from hpbroker.cluster.controller import Controller, ControllerSettings
-from hpbroker.cluster.watcher import ImageWatcher
+from hpbroker.cluster import znodes
+from hpbroker.cluster.controller import ControllerSettings
+from tests.cluster.members import WAIT_S, admin, cluster, controller_of, create_topic, state, wait_state  # noqa: F401
 from tests.integration.broker import wait_for
-
-SESSION_MS = 4000
-WAIT_S = 20
-
-
-class Member:
-    """One broker's cluster membership."""
-
-    def __init__(self, connect: str, broker_id: int, settings=ControllerSettings()):
-        self.broker_id = broker_id
-        self.client = session.connect(connect, SESSION_MS, 10000)
-        registration.ensure_layout(self.client)
-        self.registration = registration.Registration(
-            self.client, znodes.BrokerRegistration(broker_id, "127.0.0.1", 19000 + broker_id))
-        self.registration.start()
-        self.watcher = ImageWatcher(self.client)
-        self.watcher.start()
-        self.controller = Controller(self.client, broker_id, self.watcher, settings)
-        self.controller.start()
-        self.alive = True
-
-    def leave(self) -> None:
-        """A clean stop: the controller resigns, the session ends."""
-        if self.alive:
-            self.alive = False
-            self.controller.stop()
-            self.watcher.stop()
-            self.registration.close()
-            session.close(self.client)
-
-    def crash(self, connect: str) -> None:
-        """The session expires as if the broker died: nothing resigns."""
-        self.alive = False
-        twin = KazooClient(hosts=connect, client_id=self.client.client_id)
-        twin.start(10)
-        twin.stop()
-        twin.close()
-        self.controller.stop()
-        self.watcher.stop()
-        session.close(self.client)
-
-
-@pytest.fixture
-def cluster(chroot):
-    members: dict[int, Member] = {}
-
-    def start(*ids, settings=ControllerSettings()):
-        for broker_id in ids:
-            members[broker_id] = Member(chroot, broker_id, settings)
-        return members
-
-    yield start
-    for member in members.values():
-        member.leave()
-
-
-@pytest.fixture
-def admin(chroot):
-    client = session.connect(chroot, SESSION_MS, 10000)
-    registration.ensure_layout(client)
-    yield client
-    session.close(client)
-
-
-def controller_of(admin) -> tuple[int, int]:
-    data, _ = admin.get(znodes.CONTROLLER)
-    epoch, _ = admin.get(znodes.CONTROLLER_EPOCH)
-    return znodes.decode_controller(data), znodes.decode_controller_epoch(epoch)
-
-
-def state(admin, topic, p):
-    try:
-        data, stat = admin.get(znodes.partition_state_path(topic, p))
-    except Exception:
-        return None
-    return znodes.PartitionState.decode(topic, p, data, stat.version)
-
-
-def create_topic(admin, topic, assignment):
-    admin.create(znodes.topic_path(topic), znodes.TopicAssignment(topic, assignment, "id-" + topic).encode())
-
-
-def wait_state(admin, topic, p, what, condition):
-    wait_for(lambda: (s := state(admin, topic, p)) is not None and condition(s), WAIT_S, what)
-    return state(admin, topic, p)
 
 
 def test_one_controller_and_a_new_epoch_on_each_takeover(cluster, admin, chroot):

@@ -8,10 +8,9 @@ import threading
 import time
 
 import confluent_kafka as ck
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.cluster.brokers import Cluster
+from tests.cluster.brokers import cluster  # noqa: F401
 from tests.integration.broker import wait_for
 
 PARTITIONS = 3
@@ -107,14 +106,6 @@ def read_everything(bootstrap: str, topic: str) -> list[bytes]:
     finally:
         consumer.close()
     return values
-
-
-@pytest.fixture
-def cluster(zookeeper, chroot, tmp_path):
-    found = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2"})
-    found.start_all()
-    yield found
-    found.close()
 
 
 def test_nothing_acknowledged_is_lost_through_three_broker_deaths(cluster):

@@ -10,43 +10,12 @@ import asyncio
 
 import pytest
 
-from hpbroker.cluster import reassignment, registration, session, znodes
+from hpbroker.cluster import reassignment, znodes
 from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
-from hpbroker.replication.fetcher import FetcherSettings
-from hpbroker.storage import LogManager
-from hpbroker.storage.config import LogConfig
-from hpbroker.workers.cluster_topics import ClusterTopics
-from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
-from tests.cluster.test_controller import Member, controller_of, create_topic, state, wait_state
+from tests.cluster.members import (SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic,  # noqa: F401
+                                   set_isr, state, until, wait_state, worker)
 from tests.integration.broker import wait_for
-
-SESSION_MS = 4000
-WAIT_S = 20
-
-
-@pytest.fixture
-def cluster(chroot):
-    members: dict[int, Member] = {}
-
-    def start(*ids):
-        for broker_id in ids:
-            members[broker_id] = Member(chroot, broker_id)
-        return members
-
-    yield start
-    for member in members.values():
-        member.leave()
-
-
-@pytest.fixture
-def admin(chroot):
-    client = session.connect(chroot, SESSION_MS, 10000)
-    registration.ensure_layout(client)
-    yield client
-    session.close(client)
-
 
 @pytest.fixture
 def link(chroot, admin):
@@ -64,13 +33,6 @@ def wait_live(link, *ids):
 def assignment(admin, topic) -> znodes.TopicAssignment:
     data, _ = admin.get(znodes.topic_path(topic))
     return znodes.TopicAssignment.decode(topic, data)
-
-
-def set_isr(admin, topic, p, isr):
-    """What the leader writes when a follower has caught up (same epoch, version-checked)."""
-    current = state(admin, topic, p)
-    admin.set(znodes.partition_state_path(topic, p), znodes.PartitionState(
-        current.leader, current.leader_epoch, isr, current.controller_epoch).encode(), version=current.zk_version)
 
 
 def errors(outcomes) -> dict[int, ErrorCode]:
@@ -273,23 +235,8 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
 
     async def main():
-        link = WorkerLink(chroot, SESSION_MS, 10000, "")
-        link.connect()
-        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
-        topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=2,
-                               offsets_replication_factor=2)
-        replicas = ReplicaManager(ReplicaSettings(1, FetcherSettings(1, backoff_ms=100), 10000, SESSION_MS), 0, 1,
-                                  logs, link)
-        service = PartitionService(logs, topics, replicas=replicas)
-        replicas.wake = service.wake
-        loop = asyncio.get_running_loop()
-
-        def on_image(image):
-            topics.apply(image)
-            replicas.apply(image)
-        link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
-                        lambda healthy: loop.call_soon_threadsafe(replicas.set_health, healthy))
-        try:
+        async with worker(chroot, tmp_path) as parts:
+            link, replicas, service = parts.link, parts.replicas, parts.service
             await until(lambda: replicas.leads("t", 0), "broker 1 to lead")
             await until(lambda: link.image().live >= {1, 2, 3}, "the image to list every broker")
             outcomes = await asyncio.to_thread(link.alter_reassignments, "t", {0: [1, 3]})
@@ -303,17 +250,5 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
             assert assignment(admin, "t").partitions == {0: [1, 3]}
             await until(lambda: replicas.leader_epoch("t", 0) == 2 and replicas.leads("t", 0),
                         "broker 1 to lead under the final assignment")
-        finally:
-            await replicas.close()
-            link.close()
-            logs.close()
 
     asyncio.run(main())
-
-
-async def until(condition, what: str, timeout: float = WAIT_S):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)

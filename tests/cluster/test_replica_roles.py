@@ -9,32 +9,16 @@ import asyncio
 import pytest
 
 from hpbroker.cluster import registration, session, znodes
-from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
-from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.records import Record, encode_batch
-from hpbroker.storage import LogManager
-from hpbroker.storage.config import LogConfig
-from hpbroker.workers.cluster_topics import ClusterTopics
-from hpbroker.workers.partitions import PartitionService
-from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
+from tests.cluster.members import SESSION_MS, until, worker
 
-SESSION_MS = 4000
 LAG_MS = 300
-WAIT_S = 20
 TOPIC = "t"
 
 
 def batch(n: int) -> bytearray:
     return bytearray(encode_batch([Record(i, 0, None, b"v%d" % i) for i in range(n)]))
-
-
-async def until(condition, what: str, timeout: float = WAIT_S):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Controller:
@@ -79,22 +63,8 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
     controller.create_topic([1, 2], leader=1, isr=[1, 2], min_insync=2)
 
     async def main():
-        link = WorkerLink(chroot, SESSION_MS, 10000, "")
-        link.connect()
-        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
-        topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=2,
-                               offsets_replication_factor=2)
-        replicas = ReplicaManager(ReplicaSettings(1, FetcherSettings(1, backoff_ms=100), LAG_MS, SESSION_MS), 0, 1, logs, link)
-        service = PartitionService(logs, topics, replicas=replicas)
-        replicas.wake = service.wake
-        loop = asyncio.get_running_loop()
-
-        def on_image(image):
-            topics.apply(image)
-            replicas.apply(image)
-        link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
-                        lambda healthy: loop.call_soon_threadsafe(replicas.set_health, healthy))
-        try:
+        async with worker(chroot, tmp_path, lag_ms=LAG_MS) as parts:
+            replicas, service = parts.replicas, parts.service
             await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
 
             # acks=all: answered once the follower's fetch shows it holds the batch
@@ -134,10 +104,6 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
             assert service.append(TOPIC, 0, batch(1)).error == ErrorCode.not_leader_or_follower
             assert service.locate(TOPIC, 0, 0, 100).error == ErrorCode.not_leader_or_follower
             assert (TOPIC, 0) in replicas.following  # now a follower of broker 2
-        finally:
-            await replicas.close()
-            link.close()
-            logs.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -146,13 +112,8 @@ def test_topic_deleted_removes_the_local_replica(chroot, controller, tmp_path):
     controller.create_topic([1, 2], leader=2, isr=[1, 2], min_insync=1)
 
     async def main():
-        link = WorkerLink(chroot, SESSION_MS, 10000, "")
-        link.connect()
-        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
-        replicas = ReplicaManager(ReplicaSettings(1, FetcherSettings(1, backoff_ms=100), LAG_MS, SESSION_MS), 0, 1, logs, link)
-        loop = asyncio.get_running_loop()
-        link.publish_to(lambda image: loop.call_soon_threadsafe(replicas.apply, image), lambda healthy: None)
-        try:
+        async with worker(chroot, tmp_path, lag_ms=LAG_MS) as parts:
+            logs, replicas = parts.logs, parts.replicas
             await until(lambda: logs.get_log(TOPIC, 0) is not None, "the follower's log")
             assert (TOPIC, 0) in replicas.following
             path = logs.get_log(TOPIC, 0).directory
@@ -161,9 +122,5 @@ def test_topic_deleted_removes_the_local_replica(chroot, controller, tmp_path):
             await until(lambda: logs.get_log(TOPIC, 0) is None, "the replica to go with its topic")
             assert (TOPIC, 0) not in replicas.following
             await until(lambda: not (tmp_path / path.rsplit("/", 1)[1]).exists(), "the directory to go")
-        finally:
-            await replicas.close()
-            link.close()
-            logs.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))

@@ -1,0 +1,158 @@
+"""ZooKeeper members without a data plane (session, registration, image
+watcher, controller), for tests that drive the controller exactly, and the
+helpers those tests share: the fixtures ``cluster`` (start members by id) and
+``admin`` (a plain client reading and writing znodes as an operator would),
+and one worker's replica machinery wired to its own session (``worker``)."""
+
+import asyncio
+import contextlib
+
+import pytest
+from kazoo.client import KazooClient
+
+from hpbroker.cluster import registration, session, znodes
+from hpbroker.cluster.controller import Controller, ControllerSettings
+from hpbroker.cluster.watcher import ImageWatcher
+from hpbroker.cluster.worker_link import WorkerLink
+from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.storage import LogManager
+from hpbroker.storage.config import LogConfig
+from hpbroker.workers.cluster_topics import ClusterTopics
+from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
+from tests.integration.broker import wait_for
+
+SESSION_MS = 4000
+WAIT_S = 20
+
+
+class Member:
+    """One broker's cluster membership."""
+
+    def __init__(self, connect: str, broker_id: int, settings=ControllerSettings()):
+        self.broker_id = broker_id
+        self.client = session.connect(connect, SESSION_MS, 10000)
+        registration.ensure_layout(self.client)
+        self.registration = registration.Registration(
+            self.client, znodes.BrokerRegistration(broker_id, "127.0.0.1", 19000 + broker_id))
+        self.registration.start()
+        self.watcher = ImageWatcher(self.client)
+        self.watcher.start()
+        self.controller = Controller(self.client, broker_id, self.watcher, settings)
+        self.controller.start()
+        self.alive = True
+
+    def leave(self) -> None:
+        """A clean stop: the controller resigns, the session ends."""
+        if self.alive:
+            self.alive = False
+            self.controller.stop()
+            self.watcher.stop()
+            self.registration.close()
+            session.close(self.client)
+
+    def crash(self, connect: str) -> None:
+        """The session expires as if the broker died: nothing resigns."""
+        self.alive = False
+        twin = KazooClient(hosts=connect, client_id=self.client.client_id)
+        twin.start(10)
+        twin.stop()
+        twin.close()
+        self.controller.stop()
+        self.watcher.stop()
+        session.close(self.client)
+
+
+@pytest.fixture
+def cluster(chroot):
+    members: dict[int, Member] = {}
+
+    def start(*ids, settings=ControllerSettings()):
+        for broker_id in ids:
+            members[broker_id] = Member(chroot, broker_id, settings)
+        return members
+
+    yield start
+    for member in members.values():
+        member.leave()
+
+
+@pytest.fixture
+def admin(chroot):
+    client = session.connect(chroot, SESSION_MS, 10000)
+    registration.ensure_layout(client)
+    yield client
+    session.close(client)
+
+
+def controller_of(admin) -> tuple[int, int]:
+    data, _ = admin.get(znodes.CONTROLLER)
+    epoch, _ = admin.get(znodes.CONTROLLER_EPOCH)
+    return znodes.decode_controller(data), znodes.decode_controller_epoch(epoch)
+
+
+def state(admin, topic, p):
+    try:
+        data, stat = admin.get(znodes.partition_state_path(topic, p))
+    except Exception:
+        return None
+    return znodes.PartitionState.decode(topic, p, data, stat.version)
+
+
+def create_topic(admin, topic, assignment):
+    admin.create(znodes.topic_path(topic), znodes.TopicAssignment(topic, assignment, "id-" + topic).encode())
+
+
+def wait_state(admin, topic, p, what, condition):
+    wait_for(lambda: (s := state(admin, topic, p)) is not None and condition(s), WAIT_S, what)
+    return state(admin, topic, p)
+
+
+def set_isr(admin, topic, p, isr):
+    """What the leader writes when a follower has caught up (same epoch, version-checked)."""
+    current = state(admin, topic, p)
+    admin.set(znodes.partition_state_path(topic, p), znodes.PartitionState(
+        current.leader, current.leader_epoch, isr, current.controller_epoch).encode(), version=current.zk_version)
+
+
+async def until(condition, what: str, timeout: float = WAIT_S):
+    """Poll ``condition`` on the event loop until true; fail naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Worker:
+    """One worker's replica side, as a broker's worker wires it: its own
+    session, real logs, the topics and roles fed by the image."""
+
+    def __init__(self, link, logs, topics, replicas, service):
+        self.link, self.logs, self.topics, self.replicas, self.service = link, logs, topics, replicas, service
+
+
+@contextlib.asynccontextmanager
+async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000):
+    link = WorkerLink(connect, SESSION_MS, 10000, "")
+    link.connect()
+    logs = LogManager([str(log_dir)], LogConfig(), replicated=True)
+    topics = ClusterTopics([str(log_dir)], LogConfig(), link, default_replication_factor=2,
+                           offsets_replication_factor=2)
+    replicas = ReplicaManager(ReplicaSettings(broker_id, FetcherSettings(broker_id, backoff_ms=100), lag_ms,
+                                              SESSION_MS), 0, 1, logs, link)
+    service = PartitionService(logs, topics, replicas=replicas)
+    replicas.wake = service.wake
+    loop = asyncio.get_running_loop()
+
+    def on_image(image):
+        topics.apply(image)
+        replicas.apply(image)
+    link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
+                    lambda healthy: loop.call_soon_threadsafe(replicas.set_health, healthy))
+    try:
+        yield Worker(link, logs, topics, replicas, service)
+    finally:
+        await replicas.close()
+        link.close()
+        logs.close()
