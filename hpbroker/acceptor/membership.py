@@ -19,7 +19,7 @@ import logging
 import threading
 
 from hpbroker.cluster.controller import ControllerSettings
-from hpbroker.cluster.member import ClusterJoinError, ClusterMember, MemberSettings
+from hpbroker.cluster.member import ClusterMember, MemberSettings
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import checkpoints
 

@@ -23,8 +23,8 @@ from hpbroker.cluster.worker_link import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.storage import checkpoints
-from hpbroker.storage.config import ConfigError, LogConfig
-from hpbroker.workers.topics import TopicError, TopicInfo, collision, validate_name
+from hpbroker.storage.config import LogConfig
+from hpbroker.workers.topics import TopicError, TopicInfo, checked_overrides, collision, validate_name
 
 log = logging.getLogger(__name__)
 
@@ -112,18 +112,14 @@ class ClusterTopics:
             factor = request[3] if len(request) > 3 else -1
             explicit = request[4] if len(request) > 4 else None
             try:
-                results.append(self._create_one(name, partitions, {k: str(v) for k, v in (configs or {}).items()},
-                                                factor, explicit, validate_only))
+                results.append(self._create_one(name, partitions, configs, factor, explicit, validate_only))
             except TopicError as exc:
                 results.append(exc)
         return results
 
     def _create_one(self, name, partitions, configs, factor, explicit, validate_only) -> TopicInfo:
         validate_name(name)
-        try:
-            self.log_config.with_overrides(configs)
-        except ConfigError as exc:
-            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        configs = checked_overrides(self.log_config, configs)
         if name in self.image.topics:
             state = "is marked for deletion" if name in self.image.topics_being_deleted else "already exists"
             raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} {state}")
@@ -195,11 +191,7 @@ class ClusterTopics:
         return info
 
     def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
-        configs = {k: str(v) for k, v in configs.items()}
-        try:
-            self.log_config.with_overrides(configs)
-        except ConfigError as exc:
-            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        configs = checked_overrides(self.log_config, configs)
         if name not in self._topics:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if validate_only:

@@ -56,6 +56,16 @@ class TopicInfo:
         return self.name in INTERNAL_TOPICS
 
 
+def checked_overrides(log_config: LogConfig, configs: dict | None) -> dict[str, str]:
+    """A topic's overrides as text, or TopicError (INVALID_CONFIG) naming what is wrong."""
+    configs = {k: str(v) for k, v in (configs or {}).items()}
+    try:
+        log_config.with_overrides(configs)
+    except ConfigError as exc:
+        raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+    return configs
+
+
 def validate_name(name: str) -> None:
     if not name or name in (".", "..") or not _LEGAL_NAME.match(name):
         raise TopicError(ErrorCode.invalid_topic_exception,
@@ -243,16 +253,12 @@ class TopicRegistry:
         results: list = []
         checked = []
         for name, partitions, configs in wanted:
-            configs = {k: str(v) for k, v in (configs or {}).items()}
             try:
                 validate_name(name)
                 if partitions < 1:
                     raise TopicError(ErrorCode.invalid_partitions,
                                      f"number of partitions must be at least 1, got {partitions}")
-                try:
-                    self.log_config.with_overrides(configs)
-                except ConfigError as exc:
-                    raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+                configs = checked_overrides(self.log_config, configs)
             except TopicError as exc:
                 results.append(exc)
                 continue
@@ -304,11 +310,7 @@ class TopicRegistry:
 
     def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
         """Replace a topic's overrides (an empty dict removes them all)."""
-        configs = {k: str(v) for k, v in configs.items()}
-        try:
-            self.log_config.with_overrides(configs)
-        except ConfigError as exc:
-            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        configs = checked_overrides(self.log_config, configs)
         if validate_only:
             if name not in self._topics:
                 raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")

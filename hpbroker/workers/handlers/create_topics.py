@@ -6,7 +6,6 @@ written to ZooKeeper; the answer waits, up to the request's timeout, until
 the controller has given every new partition a leader, so a client's next
 Metadata finds them usable."""
 
-import asyncio
 import time
 
 from hpbroker.errors import ErrorCode
