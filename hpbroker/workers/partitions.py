@@ -174,7 +174,7 @@ class PartitionService:
                                "produce to %s-%d failed writing: %s", topic, partition, exc)
             return AppendResult(ErrorCode.kafka_storage_error, log_start_offset=partition_log.log_start_offset,
                                 message=str(exc))
-        self.wake(topic, partition)  # replica fetches waiting on this partition
+        self.wake(topic, partition)  # long polls on it (standalone: consumers; in a cluster: followers)
         if self.replicas is not None:
             self.replicas.advance(topic, partition)  # an ISR of one: the high watermark moves now
         observe.appended(topic, info.size, info.records)
