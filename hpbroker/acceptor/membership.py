@@ -47,7 +47,11 @@ def member_settings(config: BrokerConfig) -> MemberSettings:
 def join(config: BrokerConfig, stored_broker_id: int | None, stored_cluster_id: str | None) -> ClusterMember:
     """A registered member (ClusterJoinError with a one-line reason)."""
     member = ClusterMember(member_settings(config))
-    member.join(stored_broker_id, stored_cluster_id, checkpoints.kafka_uuid_string(checkpoints.new_kafka_uuid()))
+    try:
+        member.join(stored_broker_id, stored_cluster_id, checkpoints.kafka_uuid_string(checkpoints.new_kafka_uuid()))
+    except BaseException:  # ^C while joining too: no registration is left for the session timeout
+        member.close()
+        raise
     log.info("joined cluster %s as broker %d (ZooKeeper %s)", member.cluster_id, member.broker_id,
              config["zookeeper.connect"])
     return member
