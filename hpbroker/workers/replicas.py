@@ -190,6 +190,7 @@ class ReplicaManager:
         asyncio.get_running_loop().create_task(self._write_isr(topic, partition, found, proposed))
 
     async def _write_isr(self, topic: str, partition: int, found: Leadership, proposed: znodes.PartitionState) -> None:
+        before = list(found.state.isr)  # for the log line: an image may apply the change while we wait
         try:
             version = await self.link.propose_isr(topic, partition, proposed)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next tick proposes again
@@ -199,7 +200,7 @@ class ReplicaManager:
             found.proposing = False
         if version is None or self.leaders.get((topic, partition)) is not found:
             return  # the state changed under us: the image brings the truth
-        log.info("%s-%d: ISR %s -> %s", topic, partition, found.state.isr, proposed.isr)
+        log.info("%s-%d: ISR %s -> %s", topic, partition, before, proposed.isr)
         found.znode = dataclasses.replace(proposed, zk_version=version)
         found.state.isr_applied(proposed.isr)
         self.advance(topic, partition)
