@@ -94,12 +94,16 @@ class ReplicaManager:
         return len(found.state.isr) if found is not None else 0
 
     def _trusted(self) -> bool:
-        if not self.healthy or self.suspect:
-            return False
+        return self.healthy and not self.suspect and not self._noticed_pause()
+
+    def _noticed_pause(self) -> bool:
+        """True, and leaderships fenced until the session is confirmed, when the
+        last tick is more than half a session timeout ago: the session may have
+        expired meanwhile without this worker hearing of it."""
         if (time.monotonic() - self._last_tick) * 1000 > self.settings.session_timeout_ms / 2:
             self._suspect_pause()
-            return False
-        return True
+            return True
+        return False
 
     # --- the leader's side ----------------------------------------------------------------------
     def follower_fetched(self, topic: str, partition: int, replica: int, fetch_offset: int) -> None:
@@ -207,10 +211,8 @@ class ReplicaManager:
 
     def tick(self) -> None:
         """Every ~100 ms: notice a pause, shrink the ISR of followers that fell behind."""
-        now = time.monotonic()
-        if (now - self._last_tick) * 1000 > self.settings.session_timeout_ms / 2:
-            self._suspect_pause()
-        self._last_tick = now
+        self._noticed_pause()
+        self._last_tick = time.monotonic()
         if not self._trusted():
             return
         for (topic, partition), found in list(self.leaders.items()):
@@ -277,7 +279,7 @@ class ReplicaManager:
                 self._unfollow(*key)
         for key, state in wanted_follower.items():
             self._follow(*key, state, image)
-        for topic in sorted(gone | (set(image.topics_being_deleted))):
+        for topic in sorted(gone | image.topics_being_deleted):
             self._delete_local(topic)
         self._delete_moved_away(image)
         self._close_idle_fetchers()
