@@ -24,7 +24,8 @@ from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.storage import checkpoints
 from hpbroker.storage.config import LogConfig
-from hpbroker.workers.topics import TopicError, TopicInfo, checked_overrides, collision, validate_name
+from hpbroker.workers.topics import (TopicError, TopicInfo, checked_overrides, collision, effective_config,
+                                     validate_name)
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +87,7 @@ class ClusterTopics:
 
     def config_for(self, name: str) -> LogConfig:
         info = self._topics.get(name)
-        overrides = info.configs if info else {}
-        cached = self._effective.get(name)
-        if cached is None or cached[0] is not self.log_config or cached[1] != overrides:
-            cached = (self.log_config, overrides, self.log_config.with_overrides(overrides))
-            self._effective[name] = cached
-        return cached[2]
+        return effective_config(self._effective, self.log_config, name, info.configs if info else {})
 
     # --- changing ---------------------------------------------------------------------------------
     def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False,

@@ -66,6 +66,16 @@ def checked_overrides(log_config: LogConfig, configs: dict | None) -> dict[str, 
     return configs
 
 
+def effective_config(cache: dict, log_config: LogConfig, name: str, overrides: dict) -> LogConfig:
+    """The broker's defaults with a topic's overrides, parsed once per
+    (defaults, overrides) pair and kept in ``cache``: produce asks per partition."""
+    cached = cache.get(name)
+    if cached is None or cached[0] is not log_config or (cached[1] is not overrides and cached[1] != overrides):
+        cached = (log_config, overrides, log_config.with_overrides(overrides))
+        cache[name] = cached
+    return cached[2]
+
+
 def validate_name(name: str) -> None:
     if not name or name in (".", "..") or not _LEGAL_NAME.match(name):
         raise TopicError(ErrorCode.invalid_topic_exception,
@@ -218,13 +228,7 @@ class TopicRegistry:
         any worker."""
         self.refresh()
         info = self._topics.get(name)
-        overrides = info.configs if info else {}
-        cached = self._effective.get(name)
-        # parsed once per (defaults, overrides) pair: produce asks per partition
-        if cached is None or cached[0] is not self.log_config or cached[1] is not overrides:
-            cached = (self.log_config, overrides, self.log_config.with_overrides(overrides))
-            self._effective[name] = cached
-        return cached[2]
+        return effective_config(self._effective, self.log_config, name, info.configs if info else {})
 
     # --- changing ------------------------------------------------------------
     @contextlib.contextmanager
