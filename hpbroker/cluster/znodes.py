@@ -350,3 +350,61 @@ def encode_unclean_election(partitions: list[tuple[str, int]]) -> bytes:
 
 def decode_unclean_election(data: bytes) -> list[tuple[str, int]]:
     return _partition_list(UNCLEAN_LEADER_ELECTION, data)
+
+
+# --- /consumers/<group>/... (the ZooKeeper-coordinated consumer) ---------------------------
+CONSUMERS = "/consumers"
+# how a registration's subscription is to be read: topic names, or one regex over them
+PATTERN_STATIC, PATTERN_WHITE_LIST, PATTERN_BLACK_LIST = "static", "white_list", "black_list"
+
+
+def consumer_ids_path(group: str) -> str:
+    return f"{CONSUMERS}/{group}/ids"
+
+
+def consumer_owners_path(group: str, topic: str) -> str:
+    return f"{CONSUMERS}/{group}/owners/{topic}"
+
+
+def consumer_offsets_path(group: str, topic: str) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{topic}"
+
+
+@dataclass(frozen=True)
+class ConsumerRegistration:
+    """``/consumers/<group>/ids/<consumer id>``: what the consumer reads.  With
+    the static pattern ``subscription`` maps each topic to its stream count;
+    with a white or black list it holds one regex (and its stream count)."""
+
+    subscription: dict[str, int]
+    pattern: str = PATTERN_STATIC
+    timestamp_ms: int = 0
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "subscription": dict(sorted(self.subscription.items())),
+                      "pattern": self.pattern, "timestamp": str(self.timestamp_ms)})
+
+    @classmethod
+    def decode(cls, path: str, data: bytes) -> "ConsumerRegistration":
+        obj = _load(path, data)
+        subscription = obj.get("subscription")
+        if not isinstance(subscription, dict) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in subscription.values()):
+            raise ZnodeFormatError(f"{path}: 'subscription' is not a map of topic -> stream count")
+        pattern = _field(path, obj, "pattern", str, PATTERN_STATIC)
+        if pattern not in (PATTERN_STATIC, PATTERN_WHITE_LIST, PATTERN_BLACK_LIST):
+            raise ZnodeFormatError(f"{path}: unknown pattern {pattern!r}")
+        if pattern != PATTERN_STATIC and len(subscription) != 1:
+            raise ZnodeFormatError(f"{path}: a {pattern} subscription holds one regex, not {len(subscription)}")
+        return cls(dict(subscription), pattern, _field(path, obj, "timestamp", int, 0))
+
+
+def encode_consumer_offset(offset: int) -> bytes:
+    return str(offset).encode()  # a plain decimal string, as Kafka's ZooKeeper consumers write it
+
+
+def decode_consumer_offset(path: str, data: bytes) -> int:
+    text = data.decode("ascii", "replace").strip()
+    if not text.lstrip("-").isdigit():
+        raise ZnodeFormatError(f"{path} holds {text[:40]!r}, not an offset")
+    return int(text)
