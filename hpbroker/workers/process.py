@@ -87,7 +87,8 @@ class Worker:
             self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link)
         self.service = PartitionService(self.logs, self.topics, replicas=self.replicas)
         self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers,
-                                       leads=self.replicas.leads if self.replicas else None)
+                                       leads=self.replicas.leads if self.replicas else None,
+                                       fenced=self.replicas.fenced if self.replicas else None)
         if self.replicas is not None:
             self.replicas.wake = self.service.wake
             self.replicas.on_leadership = self._leadership_changed

@@ -82,6 +82,12 @@ class ReplicaManager:
         """This broker leads the partition now and may act on it."""
         return (topic, partition) in self.leaders and self._trusted()
 
+    def fenced(self, topic: str, partition: int) -> bool:
+        """The image makes this broker the partition's leader, but it may not act
+        as one for now: its session is in doubt (suspended or lost, or a pause was
+        noticed and the states are being read again).  A wait, not a move."""
+        return (topic, partition) in self.leaders and not self._trusted()
+
     def leader_epoch(self, topic: str, partition: int) -> int:
         found = self.leaders.get((topic, partition))
         if found is not None:

@@ -48,10 +48,12 @@ class GroupCoordinator:
     REMOTE_METHODS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "describe_group",
                                 "list_groups", "delete_group", "offset_commit", "offset_fetch", "offset_delete"})
 
-    def __init__(self, service, topics, config, index: int, workers: int, leads=None):
+    def __init__(self, service, topics, config, index: int, workers: int, leads=None, fenced=None):
         self.service = service  # this worker's PartitionService: append() and partition_log()
-        # in a cluster, only the leader of a group's offsets partition coordinates it
+        # in a cluster, only the leader of a group's offsets partition coordinates it, and
+        # not while its leadership is fenced (``ReplicaManager.leads`` and ``fenced``)
         self._leads = leads or (lambda topic, partition: True)
+        self._fenced = fenced or (lambda topic, partition: False)
         self.topics = topics
         self.index = index
         self.workers = workers
@@ -152,9 +154,15 @@ class GroupCoordinator:
         if not group_id:
             return E.INVALID_GROUP_ID
         p = group_partition(group_id, self.partitions)
-        if (self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index
-                or not self._leads(OFFSETS_TOPIC, p)):
+        if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
             return E.NOT_COORDINATOR
+        if not self._leads(OFFSETS_TOPIC, p):
+            # Fenced while the session is in doubt, this broker is still the one
+            # FindCoordinator names: the client must wait here, not look elsewhere.
+            # librdkafka does not retry an OffsetFetch answered NOT_COORDINATOR (nor
+            # COORDINATOR_NOT_AVAILABLE) and never fetches the partitions it asked
+            # for; COORDINATOR_LOAD_IN_PROGRESS every client retries in place.
+            return E.COORDINATOR_LOAD_IN_PROGRESS if self._fenced(OFFSETS_TOPIC, p) else E.NOT_COORDINATOR
         if p in self._loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         if p not in self._loaded:

@@ -1,0 +1,140 @@
+"""A cluster worker's group coordinator, wired to its replica roles as a broker's
+worker wires them, without ZooKeeper: the image is handed in, and the session's
+doubts (suspended, or a pause of the worker) are played by hand.
+
+While the leadership of a group's ``__consumer_offsets`` partition is fenced,
+this broker is still the coordinator the cluster names: a group request is
+answered COORDINATOR_LOAD_IN_PROGRESS, which clients retry where they are.
+NOT_COORDINATOR would send them looking elsewhere, and librdkafka does not
+retry an OffsetFetch answered so: the partitions it asked about are never
+fetched, and a consumer that has just joined reads nothing."""
+
+import asyncio
+import time
+
+from hpbroker import errors as E
+from hpbroker.cluster import znodes
+from hpbroker.cluster.image import ClusterImage
+from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.server.config import BrokerConfig
+from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
+from hpbroker.storage import LogConfig, LogManager
+from hpbroker.workers import replicas as replicas_module
+from hpbroker.workers.cluster_topics import ClusterTopics
+from hpbroker.workers.groups import GroupCoordinator
+from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
+
+ME, OTHER = 1, 2
+SESSION_MS = 6000
+PROTOCOLS = [("range", b"r")]
+
+
+class Link:
+    """What a ReplicaManager asks of its WorkerLink when the session is in doubt."""
+
+    def __init__(self, image: ClusterImage):
+        self.current = image
+        self.watcher = self  # reread_states
+        self.rereads = 0
+
+    def image(self) -> ClusterImage:
+        return self.current
+
+    def reread_states(self) -> None:
+        self.rereads += 1
+
+
+class SkewedTime:
+    """``time`` as the replica manager sees it, able to jump ahead (a pause)."""
+
+    skew = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return time.monotonic() + cls.skew
+
+
+def image() -> ClusterImage:
+    """__consumer_offsets-0 led here, __consumer_offsets-1 on another broker alone."""
+    brokers = {b: znodes.BrokerRegistration(b, "127.0.0.1", 19000 + b) for b in (ME, OTHER)}
+    offsets = znodes.TopicAssignment(OFFSETS_TOPIC, {0: [ME], 1: [OTHER]})
+    states = {(OFFSETS_TOPIC, 0): znodes.PartitionState(ME, 0, [ME], 1, 0),
+              (OFFSETS_TOPIC, 1): znodes.PartitionState(OTHER, 0, [OTHER], 1, 0)}
+    return ClusterImage("c", brokers, ME, {OFFSETS_TOPIC: offsets}, states)
+
+
+def group_in(p: int) -> str:
+    return next(g for g in (f"group-{i}" for i in range(100)) if group_partition(g, 2) == p)
+
+
+async def until(condition, turns: int = 1000) -> None:
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met")
+
+
+def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(replicas_module, "time", SkewedTime)
+
+    async def scenario():
+        config = BrokerConfig.from_sources(overrides={"offsets.topic.num.partitions": "2",
+                                                      "group.initial.rebalance.delay.ms": "0"})
+        link = Link(image())
+        logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
+        topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=1,
+                               offsets_replication_factor=1)
+        replicas = ReplicaManager(ReplicaSettings(ME, FetcherSettings(ME), 30000, SESSION_MS), 0, 1, logs, link)
+        service = PartitionService(logs, topics, replicas=replicas)
+        c = GroupCoordinator(service, topics, config, 0, 1, leads=replicas.leads, fenced=replicas.fenced)
+        replicas.on_leadership = lambda topic, p, leading: c.leadership_changed(p, leading)
+        topics.apply(link.image())
+        replicas.apply(link.image())
+        mine, theirs = group_in(0), group_in(1)
+        asked = [("events", [0])]
+        committed = (E.NONE, [("events", 0, 7, -1, "", E.NONE)])
+
+        joined = await c.join_group(mine, "", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
+        member = joined[5]
+        assert (await c.sync_group(mine, 1, member, None, None, None, [(member, b"a")]))[0] == E.NONE
+        assert await c.offset_commit(mine, 1, member, None, [("events", 0, 7, -1, "")], 9) == [("events", 0, E.NONE)]
+        assert c.offset_fetch(mine, asked, False) == committed
+        assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR  # another broker leads it
+
+        # the session is suspended: leadership fenced, and this broker still the coordinator
+        replicas.set_health(False)
+        assert replicas.fenced(OFFSETS_TOPIC, 0) and not replicas.leads(OFFSETS_TOPIC, 0)
+        assert not replicas.fenced(OFFSETS_TOPIC, 1)
+        assert c.offset_fetch(mine, asked, False) == (E.COORDINATOR_LOAD_IN_PROGRESS, [])
+        assert c.heartbeat(mine, 1, member, None) == E.COORDINATOR_LOAD_IN_PROGRESS
+        assert (await c.sync_group(mine, 1, member, None, None, None, []))[0] == E.COORDINATOR_LOAD_IN_PROGRESS
+        assert (await c.offset_commit(mine, 1, member, None, [("events", 0, 8, -1, "")], 9)) \
+            == [("events", 0, E.COORDINATOR_LOAD_IN_PROGRESS)]
+        assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR
+        replicas.set_health(True)
+        assert c.offset_fetch(mine, asked, False) == committed  # the group and its offsets are still here
+        assert c.heartbeat(mine, 1, member, None) == E.NONE
+
+        # a pause of the worker (no tick for over half the session timeout): fenced until
+        # the states are read again, then coordinating as before
+        SkewedTime.skew += SESSION_MS / 1000
+        assert c.offset_fetch(mine, asked, False) == (E.COORDINATOR_LOAD_IN_PROGRESS, [])
+        assert (await c.join_group(mine, member, None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False))[0] \
+            == E.COORDINATOR_LOAD_IN_PROGRESS
+        await until(lambda: replicas.leads(OFFSETS_TOPIC, 0))
+        assert link.rereads == 1
+        assert c.offset_fetch(mine, asked, False) == committed
+        assert c.heartbeat(mine, 1, member, None) == E.NONE
+
+        # leadership moved away: now it is another broker's group
+        moved = image()
+        moved.states[(OFFSETS_TOPIC, 0)] = znodes.PartitionState(OTHER, 1, [OTHER, ME], 1, 1)
+        replicas.apply(moved)
+        assert c.offset_fetch(mine, asked, False)[0] == E.NOT_COORDINATOR
+        c.close()
+        await replicas.close()
+        logs.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
