@@ -15,6 +15,7 @@ import pytest
 
 from hpbroker import errors as E
 from hpbroker.server.config import BrokerConfig
+from hpbroker.server.ownership import group_partition
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.clock import now_ms
@@ -376,7 +377,7 @@ def test_the_live_clock_arms_loop_timers_in_milliseconds():
 
 
 # --- the coordinator over a real log -------------------------------------------------------
-def make_coordinator(tmp_path, **overrides):
+def make_coordinator(tmp_path, leads=None, **overrides):
     props = {"offsets.topic.num.partitions": "4", "group.initial.rebalance.delay.ms": "0", **overrides}
     config = BrokerConfig.from_sources(overrides=props)
     log_dir = str(tmp_path / "logs")
@@ -384,7 +385,7 @@ def make_coordinator(tmp_path, **overrides):
     topics = TopicRegistry([log_dir], LogConfig())
     logs = LogManager([log_dir], LogConfig(), config_for=topics.config_for).open(clean_shutdown=True)
     service = PartitionService(logs, topics)
-    return GroupCoordinator(service, topics, config, 0, 1), topics, logs
+    return GroupCoordinator(service, topics, config, 0, 1, leads=leads), topics, logs
 
 
 def test_commits_and_group_metadata_survive_a_reload(tmp_path):
@@ -425,6 +426,60 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
 
     member_id = run(first())
     run(second(member_id))
+
+
+def test_a_leadership_change_while_loading_voids_the_load(tmp_path):
+    """A new leader epoch for this broker mid-replay drops what the replay had
+    applied; the partition is then replayed afresh, not left half loaded."""
+    p = group_partition("g", 4)
+
+    async def first():
+        c, topics, logs = make_coordinator(tmp_path)
+        topics.create("events", 1)
+        assert await c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9) == [("events", 0, E.NONE)]
+        c.close()
+        logs.close()
+
+    async def second():
+        c, topics, logs = make_coordinator(tmp_path)
+        c.start()
+        await asyncio.sleep(0)  # each load replays its first chunk, then yields
+        assert p in c._loading
+        c.leadership_changed(p, True)
+        await until(lambda: not c._loading)
+        assert c.offset_fetch("g", None, False) == (E.NONE, [("events", 0, 10, -1, "", E.NONE)])
+        c.close()
+        logs.close()
+
+    run(first())
+    run(second())
+
+
+def test_a_worker_replays_only_the_offsets_partitions_it_leads(tmp_path):
+    async def first():
+        c, topics, logs = make_coordinator(tmp_path)
+        topics.create("events", 1)
+        for group_id in ("g", "h"):
+            await c.offset_commit(group_id, -1, "", None, [("events", 0, 10, -1, "")], 9)
+        c.close()
+        logs.close()
+
+    async def second():
+        leading = {group_partition("g", 4)}
+        c, topics, logs = make_coordinator(tmp_path, leads=lambda topic, partition: partition in leading)
+        c.start()
+        await until(lambda: not c._loading)
+        assert set(c.groups) == {"g"}  # h's partition is another broker's: nothing of it here
+        assert c.offset_fetch("h", None, False)[0] == E.NOT_COORDINATOR
+        leading.add(group_partition("h", 4))
+        c.leadership_changed(group_partition("h", 4), True)
+        assert c.offset_fetch("h", None, False) == (E.NONE, [("events", 0, 10, -1, "", E.NONE)])
+        c.close()
+        logs.close()
+
+    assert group_partition("g", 4) != group_partition("h", 4)
+    run(first())
+    run(second())
 
 
 def test_offset_delete_and_expiry(tmp_path):

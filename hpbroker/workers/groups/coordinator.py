@@ -65,6 +65,7 @@ class GroupCoordinator:
         self.offsets = OffsetStore()
         self._loaded: set[int] = set()
         self._loading: set[int] = set()
+        self._changes: dict[int, int] = {}  # leadership changes per partition: a replay begun before is void
         self._closed = False
         self._expiry_timer = None
         self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
@@ -86,23 +87,30 @@ class GroupCoordinator:
         return [p for p in range(self.partitions) if partition_owner(OFFSETS_TOPIC, p, self.workers) == self.index]
 
     def start(self) -> None:
-        """Replay the owned partitions that exist (in the background) and arm the expiry timer."""
+        """Replay the owned partitions that exist and this broker leads (in the
+        background) and arm the expiry timer.  A partition it only follows is
+        replayed once it leads it (on first use, after ``leadership_changed``)."""
         loop = asyncio.get_running_loop()
         if self.topics.get(OFFSETS_TOPIC) is not None:
             for p in self._owned():
-                self._loading.add(p)
-                loop.create_task(self._load_async(p))
+                if self._leads(OFFSETS_TOPIC, p) or self._fenced(OFFSETS_TOPIC, p):
+                    self._loading.add(p)
+                    loop.create_task(self._load_async(p))
         self._expiry_timer = loop.call_later(RETENTION_CHECK_S, self._expire)
 
     async def _load_async(self, p: int) -> None:
+        change = self._changes.get(p, 0)
         try:
             for _ in self._replay(p):
                 await asyncio.sleep(0)  # let requests for loaded groups through
+                if self._changes.get(p, 0) != change:
+                    return  # leadership changed meanwhile: what was applied is dropped, and it is replayed afresh
         except Exception:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, p)
         finally:
-            self._loading.discard(p)
-            self._loaded.add(p)
+            if self._changes.get(p, 0) == change:
+                self._loading.discard(p)
+                self._loaded.add(p)
 
     def _replay(self, p: int):
         """Apply the partition's records in order, yielding after each chunk; then
@@ -178,7 +186,10 @@ class GroupCoordinator:
         """This broker started or stopped leading offsets partition ``p``: its
         groups as cached here are stale either way.  They are dropped (members
         waiting in a join are answered NOT_COORDINATOR and find the new
-        coordinator); a new leader replays the partition on first use."""
+        coordinator); a new leader replays the partition on first use, and a
+        replay in progress is abandoned."""
+        self._changes[p] = self._changes.get(p, 0) + 1
+        self._loading.discard(p)
         self._loaded.discard(p)
         for group_id in [g for g in self.groups if group_partition(g, self.partitions) == p]:
             self.groups.pop(group_id).close(DEAD)
