@@ -158,3 +158,133 @@ def test_a_member_killed_without_close_loses_its_share_when_its_session_expires(
         finally:
             doomed.kill()
             doomed.wait(10)
+
+
+def test_a_broker_joining_rebalances_and_a_killed_leader_is_followed(brokers):
+    create(brokers, "t", 2)
+    first = produce(brokers, "t", 2, 50)
+    with ZookeeperConsumer(brokers.connect, "g", ["t"], auto_offset_reset="smallest", **FAST) as consumer:
+        collected = drain([consumer], lambda got: len(values(got)) >= len(first))
+        before = consumer.rebalances
+        brokers.start(3)
+        wait_for(lambda: consumer.rebalances > before, 30, "a rebalance after broker 3 registered")
+        assert consumer.assignment() == {("t", 0), ("t", 1)}
+        # the leader of t-0 dies: the consumer finds the new one in ZooKeeper and reads on
+        leader = brokers.leader_of("t", 0)
+        brokers.kill(leader)
+        wait_for(lambda: brokers.leader_of("t", 0) != leader, 60, "a new leader of t-0")
+        second = produce(brokers, "t", 2, 50, start=50)
+        more = drain([consumer], lambda got: len(values(got)) >= len(second))
+        assert sorted(values(collected)) == sorted(first)
+        assert sorted(values(more)) == sorted(second)
+
+
+def test_a_new_topic_matching_the_pattern_is_taken_up(brokers):
+    create(brokers, "events-a", 2)
+    with ZookeeperConsumer(brokers.connect, "g", pattern=r"events-.*", auto_offset_reset="smallest",
+                           **FAST) as consumer:
+        assert consumer.assignment() == {("events-a", 0), ("events-a", 1)}
+        registration = znodes.ConsumerRegistration.decode(
+            "ids", brokers.zk.get(f"/consumers/g/ids/{consumer.consumer_id}")[0])
+        assert registration.pattern == "white_list" and registration.subscription == {"events-.*": 1}
+        create(brokers, "other", 1)
+        create(brokers, "events-b", 3)
+        wait_for(lambda: consumer.assignment() == {("events-a", 0), ("events-a", 1)} | {
+            ("events-b", p) for p in range(3)}, 30, "the consumer to take up events-b")
+        written = produce(brokers, "events-b", 3, 10)
+        assert sorted(values(drain([consumer], lambda got: len(values(got)) >= len(written)))) == sorted(written)
+
+
+@pytest.mark.parametrize("storage", ["zookeeper", "kafka"])
+def test_offsets_resume_after_every_member_restarts(brokers, storage):
+    create(brokers, "t", 4)
+    first = produce(brokers, "t", 4, 25)
+    options = dict(offsets_storage=storage, auto_offset_reset="smallest", auto_commit=False, **FAST)
+    members = [ZookeeperConsumer(brokers.connect, "g", ["t"], **options) for _ in range(2)]
+    try:
+        got = drain(members, lambda got: len(values(got)) >= len(first))
+        for member in members:
+            member.commit()
+    finally:
+        for member in members:
+            member.close()
+    assert sorted(values(got)) == sorted(first)
+    if storage == "zookeeper":
+        assert {p: int(brokers.zk.get(f"/consumers/g/offsets/t/{p}")[0]) for p in range(4)} == {
+            p: 25 for p in range(4)}
+    else:
+        assert not brokers.zk.exists("/consumers/g/offsets")
+    second = produce(brokers, "t", 4, 25, start=25)
+    members = [ZookeeperConsumer(brokers.connect, "g", ["t"], **options) for _ in range(2)]
+    try:
+        got = drain(members, lambda got: len(values(got)) >= len(second))
+        assert all(not m.poll(0.3) for m in members)  # nothing read twice
+    finally:
+        for member in members:
+            member.close()
+    assert sorted(values(got)) == sorted(second)
+
+
+def test_dual_commit_moves_a_group_to_kafka_storage_without_losing_its_place(brokers):
+    create(brokers, "t", 3)
+    for start in range(0, 50, 10):  # batches of 10 records: a 200-byte fetch takes one per partition
+        produce(brokers, "t", 3, 10, start=start)
+    # the group starts on ZooKeeper storage and reads 10 records of each partition
+    with ZookeeperConsumer(brokers.connect, "g", ["t"], auto_offset_reset="smallest", auto_commit=False,
+                           fetch_message_max_bytes=200, **FAST) as consumer:
+        seen = {p: [] for p in range(3)}
+        while any(len(v) < 10 for v in seen.values()):
+            for m in consumer.poll(0.5):
+                seen[m.partition].append(m.offset)
+        consumer.commit()
+        zk_positions = {p: int(brokers.zk.get(f"/consumers/g/offsets/t/{p}")[0]) for p in range(3)}
+    assert all(pos >= 10 for pos in zk_positions.values())
+    # step 1 of the migration: Kafka storage with dual commit; the place comes from ZooKeeper
+    with ZookeeperConsumer(brokers.connect, "g", ["t"], offsets_storage="kafka", dual_commit=True,
+                           auto_offset_reset="smallest", auto_commit=False, fetch_message_max_bytes=200,
+                           **FAST) as consumer:
+        resumed = {}
+        while len(resumed) < 3:
+            for m in consumer.poll(0.5):
+                resumed.setdefault(m.partition, m.offset)
+        assert resumed == zk_positions
+        consumer.commit()
+        dual_positions = {p: int(brokers.zk.get(f"/consumers/g/offsets/t/{p}")[0]) for p in range(3)}
+    # a confluent-kafka group consumer of the same group starts exactly there
+    reader = ck.Consumer({"bootstrap.servers": bootstrap(brokers), "group.id": "g", "auto.offset.reset": "earliest",
+                          "enable.auto.commit": False})
+    try:
+        committed = reader.committed([ck.TopicPartition("t", p) for p in range(3)], timeout=30)
+        assert {tp.partition: tp.offset for tp in committed} == dual_positions
+        reader.subscribe(["t"])
+        first = {}
+        deadline = time.monotonic() + 60
+        while len(first) < 3 and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                first.setdefault(message.partition(), message.offset())
+        assert first == dual_positions
+    finally:
+        reader.close()
+
+
+def test_bad_znodes_and_a_taken_consumer_id(brokers, caplog):
+    create(brokers, "t", 2)
+    produce(brokers, "t", 2, 5)
+    brokers.zk.ensure_path("/consumers/g/ids")
+    brokers.zk.create("/consumers/g/ids/garbled", b"{not json", ephemeral=True)  # another member, unreadable
+    brokers.zk.create("/consumers/g/offsets/t/0", b"not-a-number", makepath=True)
+    brokers.zk.create("/consumers/g/offsets/t/1", b"3", makepath=True)
+    with ZookeeperConsumer(brokers.connect, "g", ["t"], consumer_id="me", auto_offset_reset="smallest",
+                           **FAST) as consumer:
+        assert consumer.assignment() == {("t", 0), ("t", 1)}  # the unreadable member is given nothing
+        got = drain([consumer], lambda got: len(values(got)) >= 7)
+        starts = {}
+        for m in got["me"]:
+            starts.setdefault(m.partition, m.offset)
+        assert starts == {0: 0, 1: 3}  # the garbled offset counts as none: auto_offset_reset decides
+        with pytest.raises(ConsumerIdInUse):
+            ZookeeperConsumer(brokers.connect, "g", ["t"], consumer_id="me", **FAST)
+    assert "garbled" in caplog.text and "not-a-number" in caplog.text
+    with pytest.raises(ValueError, match="offsets_storage"):
+        ZookeeperConsumer(brokers.connect, "g", ["t"], offsets_storage="redis")
