@@ -2,7 +2,8 @@
 
 Without ``--group`` it reads by assignment (every partition, or ``--partition``)
 and commits nothing; with ``--group`` it joins that consumer group and commits
-as it goes, like kafka-console-consumer.  ``--exit-at-end`` stops once every
+as it goes, like kafka-console-consumer; with ``--zookeeper`` as well, the
+group is a ZooKeeper-coordinated one (see zk_consume).  ``--exit-at-end`` stops once every
 assigned partition has been read to its end.
 """
 
@@ -13,6 +14,7 @@ import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
+from hpbroker.cli import zk_consume
 from hpbroker.cli.connection import CliError, add_connection_args, client_config, connect, error_text, guarded
 from hpbroker.cli.message_format import as_json, compile_format
 from hpbroker.cli.partition_offsets import topic_partitions
@@ -34,12 +36,17 @@ def add_parser(sub) -> None:
                         help="kcat-style: %%t topic %%p partition %%o offset %%k key %%s value %%T timestamp "
                              "%%h headers %%K/%%S key/value length (default '%%s\\n')")
     parser.add_argument("--exit-at-end", action="store_true", help="exit when the end of every partition is reached")
+    zk_consume.add_arguments(parser)
     add_connection_args(parser, json_help="print one JSON object per record (overrides --format)")
     parser.set_defaults(run=lambda args: guarded(PREFIX, consume, args))
 
 
 def consume(args) -> int:
     render = compile_format(args.format) if not args.json else None
+    if args.zookeeper:
+        return zk_consume.consume(args, render)
+    if args.dual_commit or args.offsets_storage != "zookeeper":
+        raise CliError("--offsets-storage and --dual-commit need --zookeeper")
     start = _start_offset(args)
     partitions = topic_partitions(connect(args), [args.topic], args.timeout)
     if args.partition:

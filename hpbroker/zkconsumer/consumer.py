@@ -116,10 +116,12 @@ class ZookeeperConsumer:
         with self._lock:
             return set(self._owned)
 
-    def poll(self, timeout_s: float = 1.0) -> list[Message]:
-        """The next records of the owned partitions, waiting up to ``timeout_s``
-        for some; [] when none came.  Their offsets count as consumed (and are
-        committed by the next commit)."""
+    def poll(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[Message]:
+        """The next records of the owned partitions (at most ``max_records``),
+        waiting up to ``timeout_s`` for some; [] when none came.  Their offsets
+        count as consumed (and are committed by the next commit)."""
+        if max_records is not None and max_records < 1:
+            raise ValueError("max_records must be at least 1")
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
             with self._lock:
@@ -129,6 +131,9 @@ class ZookeeperConsumer:
                 remaining = deadline - time.monotonic()
                 if self._owned and not self._session_lost:
                     messages = self._fetcher.fetch(max(0.0, remaining))
+                    if max_records is not None and len(messages) > max_records:
+                        self._fetcher.unread(messages[max_records:])
+                        messages = messages[:max_records]
                     if messages:
                         return messages
                 elif remaining > 0:

@@ -102,6 +102,14 @@ class PartitionFetcher:
             time.sleep(max(0.0, min(wait_ms / 1000, 0.1) - (time.monotonic() - started)))
         return messages
 
+    def unread(self, messages: list[Message]) -> None:
+        """Put fetched records back: each partition's position returns to the
+        first of them, so the next fetch hands them out again."""
+        for m in messages:
+            tp = (m.topic, m.partition)
+            if self.positions.get(tp) is not None:
+                self.positions[tp] = min(self.positions[tp], m.offset)
+
     # --- leaders and positions -------------------------------------------------------------------
     def _ready(self) -> dict[tuple[str, int], list[TopicPartition]]:
         """The owned partitions with a known leader and position, by leader address."""

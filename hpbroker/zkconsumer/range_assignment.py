@@ -24,12 +24,3 @@ def range_assign(partitions: list[int], consumers: list[str]) -> dict[str, list[
         assigned[member] = ordered[start:start + share + (1 if i < extra else 0)]
     return assigned
 
-
-def group_assignment(partitions_per_topic: dict[str, list[int]],
-                     consumers_per_topic: dict[str, list[str]]) -> dict[str, set[tuple[str, int]]]:
-    """consumer id -> its (topic, partition) pairs over every topic."""
-    assigned: dict[str, set[tuple[str, int]]] = {}
-    for topic, consumers in consumers_per_topic.items():
-        for member, share in range_assign(partitions_per_topic.get(topic, []), consumers).items():
-            assigned.setdefault(member, set()).update((topic, p) for p in share)
-    return assigned

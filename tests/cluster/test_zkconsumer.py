@@ -2,11 +2,13 @@
 cluster-mode brokers: the range split among one, two and three members,
 a member SIGKILLed (its share moves once its session expires), a broker
 added, a leader killed, a topic matching a pattern, offsets resumed after
-every member restarts, and a group moved to Kafka storage by dual commit and
-read on by a confluent-kafka group consumer from the same place."""
+every member restarts, a group moved to Kafka storage by dual commit and
+read on by a confluent-kafka group consumer from the same place, and the
+console consumer as a member of such a group."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from hpbroker.cluster.consumer_registry import ConsumerIdInUse
 from hpbroker.zkconsumer import ZookeeperConsumer
 from tests.cluster.brokers import Cluster
 from tests.integration.broker import REPO, wait_for
+from tests.integration.test_cli_admin import failed, ok
 
 SESSION_MS = 4000  # the consumers' ZooKeeper session: how long a killed member holds its share
 FAST = {"zookeeper_session_timeout_ms": SESSION_MS, "rebalance_backoff_ms": 500, "rebalance_max_retries": 10}
@@ -288,3 +291,24 @@ def test_bad_znodes_and_a_taken_consumer_id(brokers, caplog):
     assert "garbled" in caplog.text and "not-a-number" in caplog.text
     with pytest.raises(ValueError, match="offsets_storage"):
         ZookeeperConsumer(brokers.connect, "g", ["t"], offsets_storage="redis")
+
+
+def test_the_console_consumer_joins_a_zookeeper_group(brokers):
+    create(brokers, "t", 3)
+    written = produce(brokers, "t", 3, 10)
+    group = ["--zookeeper", brokers.connect, "--group", "console"]
+    first = [json.loads(line) for line in ok("consume", "t", *group, "--from-beginning", "--max-messages", "4",
+                                              "--json").splitlines()]
+    assert len(first) == 4
+    stored = {p: int(brokers.zk.get(f"/consumers/console/offsets/t/{p}")[0]) for p in range(3)}
+    assert sum(stored.values()) == 4  # what was fetched but not printed is not counted as read
+    rest = ok("consume", "t", *group, "--exit-at-end", "--format", "%p %o %s\\n").splitlines()
+    assert sorted([r["value"].encode() for r in first] + [line.split()[2].encode() for line in rest]) == \
+        sorted(written)
+    assert {p: int(brokers.zk.get(f"/consumers/console/offsets/t/{p}")[0]) for p in range(3)} == \
+        {p: 10 for p in range(3)}
+    assert failed("consume", "nope", *group) == "hpbroker consume: topic 'nope' does not exist"
+    assert failed("consume", "t", *group, "--partition", "1").startswith(
+        "hpbroker consume: --partition and --offset do not go with --zookeeper")
+    assert failed("consume", "t", "--zookeeper", brokers.connect) == (
+        "hpbroker consume: --zookeeper needs --group: a ZooKeeper-coordinated consumer is always a group member")
