@@ -8,6 +8,7 @@ import numpy as np
 
 from hpbroker.kernels.batch_scan import STOP_END
 from hpbroker.kernels.layout import CONTROL_BIT
+from hpbroker.records.batch_columns import data_batches
 from hpbroker.storage import record_columns
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import CorruptBatchError, InvalidRecordError, RecordTooLargeError, UnsupportedFormatError
@@ -50,7 +51,7 @@ def check_sizes(scan, size: int, config: LogConfig, name: str) -> None:
 def check_keys(buf, scan, name: str) -> None:
     """Kafka's rule for compacted topics: every data record needs a key (the
     batches are already known to be v2)."""
-    data = record_columns.data_batches(scan)
+    data = data_batches(scan)
     if not len(data):
         return
     view = np.frombuffer(buf, np.uint8)

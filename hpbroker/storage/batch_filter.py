@@ -38,9 +38,10 @@ import numpy as np
 
 from hpbroker.kernels import layout
 from hpbroker.records import batch as batch_format
+from hpbroker.records.batch_columns import data_batches
 from hpbroker.records.compression import compress
 from hpbroker.storage.offset_map import OffsetMap
-from hpbroker.storage.record_columns import BatchRecords, data_batches, decode
+from hpbroker.storage.record_columns import BatchRecords, decode
 
 _HEADER = layout.BATCH_HEADER_SIZE
 _I16, _I32, _I64, _U32 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">I")

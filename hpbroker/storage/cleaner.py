@@ -41,12 +41,13 @@ from enum import Enum
 from hpbroker.clock import now_ms
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END
+from hpbroker.records.batch_columns import data_batches
 from hpbroker.storage import checkpoints, filenames
 from hpbroker.storage.batch_filter import BatchFilter, FilteredSegment
 from hpbroker.storage.cleaner_plan import group_by_size, plan
 from hpbroker.storage.errors import CorruptBatchError
 from hpbroker.storage.offset_map import OffsetMap
-from hpbroker.storage.record_columns import data_batches, decode
+from hpbroker.storage.record_columns import decode
 from hpbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)

@@ -2,17 +2,18 @@
 
 Appending to a compacted topic and compacting one look into records (keys,
 values, offsets), not just batch headers.  ``decode`` turns the batches of a
-``scan_batches`` result into ``DecodedRecords`` columns: uncompressed batches
-straight from the buffer they were scanned in, compressed ones from one
-buffer of their decompressed bodies.
+``scan_batches`` result into ``DecodedRecords`` columns (by
+``records.batch_columns``) with what compaction asks of them: key hashes and
+each record's byte span.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from hpbroker.kernels import DecodedRecords, decode_records, layout
-from hpbroker.records.compression import decompress
+from hpbroker.kernels import DecodedRecords
+from hpbroker.records.batch_columns import decode_scanned
+from hpbroker.records.errors import CorruptRecordError
 from hpbroker.storage.errors import CorruptBatchError
 from hpbroker.storage.offset_map import hash_keys
 
@@ -51,39 +52,12 @@ class BatchRecords:
         return start, end
 
 
-def data_batches(scan) -> np.ndarray:
-    """The v2 data batches: the only ones whose records compaction looks at."""
-    return np.flatnonzero((scan.magic == 2) & ((scan.attributes & layout.CONTROL_BIT) == 0))
-
-
 def decode(view: np.ndarray, scan, which: np.ndarray) -> list[BatchRecords]:
     """The records of batches ``which`` of ``scan`` (taken over ``view``): one
     ``BatchRecords`` for the uncompressed batches, one for the compressed."""
-    attrs = scan.attributes[which]
-    codec = attrs & layout.COMPRESSION_MASK
-    lat = np.where(attrs & layout.TIMESTAMP_TYPE_BIT, scan.max_timestamp[which], -1)
-    out = []
-    for plain in (True, False):
-        sel = (codec == 0) if plain else (codec != 0)
-        idx = which[sel]
-        if not len(idx):
-            continue
-        if plain:
-            buf = view
-            starts = scan.position[idx] + layout.BATCH_HEADER_SIZE
-            ends = scan.position[idx] + scan.size[idx]
-        else:
-            bodies = [decompress(int(c), view[p + layout.BATCH_HEADER_SIZE : p + n])
-                      for c, p, n in zip(codec[sel].tolist(), scan.position[idx].tolist(), scan.size[idx].tolist())]
-            lengths = np.fromiter((len(b) for b in bodies), np.int64, len(bodies))
-            ends = np.cumsum(lengths)
-            starts = ends - lengths
-            buf = np.frombuffer(b"".join(bodies), np.uint8) if bodies else np.zeros(0, np.uint8)
-        cols = decode_records(buf, starts, ends, scan.base_offset[idx], scan.base_timestamp[idx],
-                              scan.record_count[idx], lat[sel])
-        if cols.error_batch >= 0:
-            bad = int(idx[cols.error_batch])
-            raise CorruptBatchError(f"batch at offset {int(scan.base_offset[bad])} has malformed records")
-        counts = np.diff(cols.batch_first)
-        out.append(BatchRecords(buf, idx, starts, cols, np.repeat(idx, counts)))
-    return out
+    try:
+        groups = decode_scanned(view, scan, which)
+    except CorruptRecordError as exc:
+        raise CorruptBatchError(str(exc)) from None
+    return [BatchRecords(g.buf, g.batches, g.body_start, g.columns, np.repeat(g.batches, np.diff(g.columns.batch_first)))
+            for g in groups]
