@@ -26,7 +26,7 @@ ALLOWED = {
     "replication": {"protocol", "storage", "records", "kernels"},
     "spark": {"storage", "kernels", "records"},
     "storage": {"kernels", "records"},
-    "zkconsumer": {"cluster", "replication", "records"},
+    "zkconsumer": {"cluster", "kernels", "replication", "records"},
 }
 # Top-level modules every package may import; they import nothing of hpbroker
 # (Kafka's error table, the varint codec and the clock are shared by wire and disk).

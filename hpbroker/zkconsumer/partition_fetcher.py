@@ -13,21 +13,28 @@ from __future__ import annotations
 import datetime
 import logging
 import time
+from operator import attrgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 
 from hpbroker import errors as E
-from hpbroker.records import CorruptRecordError, decode_batch, decode_message_set
+from hpbroker.kernels import scan_batches
+from hpbroker.kernels.batch_scan import STOP_BAD_CRC, STOP_BAD_LENGTH, STOP_BAD_MAGIC
+from hpbroker.records import CorruptRecordError, decode_message_set
+from hpbroker.records.batch_columns import data_batches, decode_scanned
 from hpbroker.zkconsumer.broker_client import BrokerConnections
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps for the log start and the log end
-_MAGIC_AT = 16  # byte of an entry holding its magic (v0, v1 message or v2 batch)
-_ENTRY_SIZE_AT = 8
+_STOP_NAMES = {STOP_BAD_CRC: "a CRC mismatch", STOP_BAD_LENGTH: "an impossible entry length",
+               STOP_BAD_MAGIC: "an unknown magic byte"}
+_CORRUPT_STOPS = frozenset(_STOP_NAMES)
 _LEADER_MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
                            E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.REPLICA_NOT_AVAILABLE,
                            E.KAFKA_STORAGE_ERROR})
@@ -194,38 +201,70 @@ class PartitionFetcher:
             log.warning("%s-%d: fetch answered %s", tp[0], tp[1], error.name)
             return []
         self.high_watermarks[tp] = int(data.high_watermark)
-        messages, next_position = _decode(tp, bytes(data.records or b""), position)
+        messages, next_position = decode_fetched(tp, bytes(data.records or b""), position)
         self.positions[tp] = next_position
         return messages
 
 
-def _decode(tp: TopicPartition, data: bytes, position: int) -> tuple[list[Message], int]:
+def decode_fetched(tp: TopicPartition, data: bytes, position: int) -> tuple[list[Message], int]:
     """The records at or past ``position`` in a fetched chunk, and the position
-    after them.  A partial entry at the end (the byte limit) is left for the
-    next fetch."""
-    messages = []
-    pos = 0
-    while pos + _MAGIC_AT < len(data):
-        size = int.from_bytes(data[pos + _ENTRY_SIZE_AT:pos + _ENTRY_SIZE_AT + 4], "big", signed=True) + 12
-        if size < 12 or pos + size > len(data):
-            break
-        try:
-            if data[pos + _MAGIC_AT] >= 2:
-                batch = decode_batch(data, pos)
-                records, next_offset = ([] if batch.header.is_control else batch.records), batch.header.next_offset
-            else:
-                records = decode_message_set(data[pos:pos + size])
-                next_offset = records[-1].offset + 1 if records else position
-        except CorruptRecordError as exc:
-            raise CorruptFetchError(f"{tp[0]}-{tp[1]}: corrupt record data near offset {position}: {exc}") from None
-        for r in records:
+    after them.  Batches are checked (CRC) and decoded into columns by the
+    kernels, so the per-record Python work is building the Message.  A partial
+    entry at the end (the byte limit) is left for the next fetch; the entries
+    before a corrupt one are handed out, and the next fetch meets it first."""
+    view = np.frombuffer(data, np.uint8)
+    scan = scan_batches(view)
+    if scan.stop in _CORRUPT_STOPS and not len(scan.position):
+        raise CorruptFetchError(f"{tp[0]}-{tp[1]}: corrupt record data near offset {position} "
+                                f"({_STOP_NAMES[scan.stop]} at byte {scan.valid_end})")
+    if not len(scan.position):
+        return [], position
+    try:
+        groups = decode_scanned(view, scan, data_batches(scan))
+        messages = [m for group in groups for m in _messages(tp, group, position)]
+        messages += _legacy_messages(tp, data, scan, position)
+    except CorruptRecordError as exc:
+        raise CorruptFetchError(f"{tp[0]}-{tp[1]}: corrupt record data near offset {position}: {exc}") from None
+    if len(groups) + bool(np.any(scan.magic < 2)) > 1:  # compressed, plain and legacy entries interleave
+        messages.sort(key=attrgetter("offset"))
+    # control batches (transaction markers) hold no records but take offsets
+    return messages, max(position, int(scan.last_offset[-1]) + 1)
+
+
+def _messages(tp: TopicPartition, group, position: int) -> list[Message]:
+    c = group.columns
+    raw = group.buf.tobytes()  # one copy; slicing bytes is what makes each key and value
+    topic, partition = tp
+    header_columns = (c.header_key_start.tolist(), c.header_key_length.tolist(), c.header_value_start.tolist(),
+                      c.header_value_length.tolist())
+    out = []
+    for offset, timestamp, ks, kl, vs, vl, hf, hc in zip(
+            c.offset.tolist(), c.timestamp.tolist(), c.key_start.tolist(), c.key_length.tolist(),
+            c.value_start.tolist(), c.value_length.tolist(), c.header_first.tolist(), c.header_count.tolist()):
+        if offset < position:
+            continue
+        headers = () if not hc else _headers(raw, header_columns, hf, hc)
+        out.append(Message(topic, partition, offset, raw[ks:ks + kl] if kl >= 0 else None,
+                           raw[vs:vs + vl] if vl >= 0 else None, headers, timestamp))
+    return out
+
+
+def _headers(raw: bytes, columns, first: int, count: int) -> tuple[tuple[str, bytes | None], ...]:
+    key_start, key_length, value_start, value_length = columns
+    return tuple((raw[key_start[i]:key_start[i] + key_length[i]].decode("utf-8", "replace"),
+                  raw[value_start[i]:value_start[i] + value_length[i]] if value_length[i] >= 0 else None)
+                 for i in range(first, first + count))
+
+
+def _legacy_messages(tp: TopicPartition, data: bytes, scan, position: int) -> list[Message]:
+    """v0/v1 entries (a topic written by old producers): rare, so decoded in Python."""
+    out = []
+    for i in np.flatnonzero(scan.magic < 2).tolist():
+        start = int(scan.position[i])
+        for r in decode_message_set(data[start:start + int(scan.size[i])]):
             if r.offset >= position:
-                messages.append(Message(tp[0], tp[1], r.offset, r.key, r.value,
-                                        tuple((h.key.decode("utf-8", "replace"), h.value) for h in r.headers),
-                                        r.timestamp))
-        position = max(position, next_offset)
-        pos += size
-    return messages, position
+                out.append(Message(tp[0], tp[1], r.offset, r.key, r.value, (), r.timestamp))
+    return out
 
 
 class CorruptFetchError(Exception):
