@@ -109,9 +109,8 @@ class Controller:
         if self._active:
             self._active = False
             try:
-                _data, stat = self.client.get(znodes.CONTROLLER)
-                if stat.ephemeralOwner == self.client.client_id[0]:
-                    self.client.delete(znodes.CONTROLLER, version=stat.version)
+                if self._holds_controller_znode():
+                    self.client.delete(znodes.CONTROLLER)
             except KazooException:
                 pass  # the session ends with the broker anyway
 
@@ -146,6 +145,9 @@ class Controller:
         try:
             self.client.create(znodes.CONTROLLER, data, ephemeral=True)
         except NodeExistsError:
+            if self._holds_controller_znode():
+                # ours from a term that ended fenced: give it up so a fresh election runs
+                self.client.delete(znodes.CONTROLLER)
             return  # another broker is controller; the watcher wakes us when it goes
         try:
             self._bump_epoch()
@@ -157,6 +159,13 @@ class Controller:
         self._new_term = True
         self._active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+
+    def _holds_controller_znode(self) -> bool:
+        try:
+            _data, stat = self.client.get(znodes.CONTROLLER)
+        except NoNodeError:
+            return False
+        return stat.ephemeralOwner == self.client.client_id[0]
 
     def _bump_epoch(self) -> None:
         try:
@@ -191,7 +200,9 @@ class Controller:
 
     # --- reconciling ---------------------------------------------------------------------------
     def _reconcile(self, image: ClusterImage) -> None:
-        if image.controller_id not in (self.broker_id, -1):
+        # The image can lag our own create (its watch re-reads the znode on
+        # kazoo's thread), so another broker named there is checked in ZooKeeper.
+        if image.controller_id not in (self.broker_id, -1) and not self._holds_controller_znode():
             raise Fenced(f"/controller names broker {image.controller_id}")
         if self._new_term:
             self._reread_requests()

@@ -2,9 +2,12 @@
 members (session, registration, image watcher, controller) without a data
 plane, so leadership and ISR decisions can be driven and read exactly."""
 
-from hpbroker.cluster import znodes
-from hpbroker.cluster.controller import ControllerSettings
-from tests.cluster.members import WAIT_S, admin, cluster, controller_of, create_topic, state, wait_state  # noqa: F401
+import dataclasses
+
+from hpbroker.cluster import session, znodes
+from hpbroker.cluster.controller import Controller, ControllerSettings
+from hpbroker.cluster.watcher import ImageWatcher
+from tests.cluster.members import SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic, state, wait_state  # noqa: F401
 from tests.integration.broker import wait_for
 
 
@@ -116,3 +119,38 @@ def test_a_replaced_controller_cannot_write(cluster, admin):
     create_topic(admin, "t", {0: [1]})
     wait_for(lambda: not members[1].controller.active, WAIT_S, "the stale controller to notice it is fenced")
     assert state(admin, "t", 0) is None
+
+
+def test_a_controller_acts_although_its_image_still_names_the_one_before(cluster, admin):
+    """A broker's create of /controller can return before its own watch has
+    re-read the znode: the image then names the broker it replaced.  It must
+    check ZooKeeper, not resign while keeping the znode (no controller at all)."""
+    members = cluster(1)
+    controller = members[1].controller
+    wait_for(lambda: controller.active, WAIT_S, "broker 1 to be controller")
+    stale = dataclasses.replace(members[1].watcher.image(), controller_id=7)
+    controller._reconcile(stale)
+    assert controller.active
+    create_topic(admin, "t", {0: [1]})
+    wait_state(admin, "t", 0, "the controller to initialize the partition", lambda s: s.leader == 1)
+
+
+def test_a_broker_holding_the_controller_znode_without_acting_gives_it_up(chroot, admin):
+    """A /controller znode of our own session that we do not act on (a term
+    that ended fenced) would leave the cluster without a controller: the
+    broker deletes it and the election runs again."""
+    client = session.connect(chroot, SESSION_MS, 10000)
+    client.create(znodes.CONTROLLER, znodes.encode_controller(1, 0), ephemeral=True)
+    epoch = znodes.decode_controller_epoch(admin.get(znodes.CONTROLLER_EPOCH)[0]) \
+        if admin.exists(znodes.CONTROLLER_EPOCH) else 0
+    watcher = ImageWatcher(client)
+    watcher.start()
+    controller = Controller(client, 1, watcher)
+    controller.start()
+    try:
+        wait_for(lambda: controller.active, WAIT_S, "broker 1 to act as controller")
+        assert controller_of(admin) == (1, epoch + 1)
+    finally:
+        controller.stop()
+        watcher.stop()
+        session.close(client)
