@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kazoo.exceptions import KazooException, NodeExistsError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from hpbroker.clock import now_ms
 from hpbroker.cluster import registration, session, znodes
@@ -141,20 +141,47 @@ class ClusterMember:
         deadline = time.monotonic() + timeout_s
         generation = -1
         while time.monotonic() < deadline:
-            led = self._handing_over(self.watcher.image())
-            if not led:
+            # The image can lag a leadership the controller has just written (a
+            # topic created a moment ago): "none left" is confirmed in ZooKeeper.
+            image = self.watcher.image()
+            if not self._handing_over(image.states, image.live) and self._handing_over_per_zookeeper() == []:
                 log.info("controlled shutdown: broker %d leads no partition that another replica could take",
                          self.broker_id)
                 return True
             generation = self.watcher.wait_changed(generation, timeout=min(1.0, deadline - time.monotonic()))
+        image = self.watcher.image()
         log.warning("controlled shutdown: broker %d still leads %s after %.0f s", self.broker_id,
-                    self._handing_over(self.watcher.image())[:10], timeout_s)
+                    self._handing_over(image.states, image.live)[:10], timeout_s)
         return False
 
-    def _handing_over(self, image: ClusterImage) -> list[tuple[str, int]]:
+    def _handing_over(self, states: dict, live) -> list[tuple[str, int]]:
         """Partitions this broker leads that have another in-sync live replica to take them."""
-        return [(topic, p) for (topic, p), state in sorted(image.states.items())
-                if state.leader == self.broker_id and any(r != self.broker_id and r in image.live for r in state.isr)]
+        return [(topic, p) for (topic, p), state in sorted(states.items())
+                if state.leader == self.broker_id and any(r != self.broker_id and r in live for r in state.isr)]
+
+    def _handing_over_per_zookeeper(self) -> list[tuple[str, int]] | None:
+        """``_handing_over`` from the znodes themselves; None when they cannot be read."""
+        try:
+            live = {int(c) for c in self.client.get_children(znodes.BROKER_IDS) if c.isdigit()}
+            reads = []
+            for topic in self.client.get_children(znodes.TOPICS):
+                try:
+                    assignment = znodes.TopicAssignment.decode(topic, self.client.get(znodes.topic_path(topic))[0])
+                except (NoNodeError, znodes.ZnodeFormatError):
+                    continue  # being deleted, or unreadable (the watcher logs it)
+                reads += [((topic, p), self.client.get_async(znodes.partition_state_path(topic, p)))
+                          for p in assignment.partitions]
+            states = {}
+            for key, read in reads:
+                try:
+                    data, stat = read.get()
+                    states[key] = znodes.PartitionState.decode(*key, data, stat.version)
+                except (NoNodeError, znodes.ZnodeFormatError):
+                    continue
+        except KazooException as exc:
+            log.warning("controlled shutdown: the partition states could not be read: %r", exc)
+            return None
+        return self._handing_over(states, live)
 
     def close(self) -> None:
         self._stopped.set()
