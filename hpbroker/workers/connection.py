@@ -17,7 +17,7 @@ from hpbroker.protocol import (ErrorCode, FrameSplitter, FrameTooLarge, Malforme
                                UnsupportedVersion, decode_request, encode_response, unsupported_api_versions_response)
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.workers.context import CLIENT_HOST
+from hpbroker.workers.context import CLIENT_HOST, CloseConnection
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion
 
@@ -182,7 +182,11 @@ class KafkaConnection(asyncio.Protocol):
             self._drop(f"api key {header.api_key} is advertised but has no handler")
             return None
         started = time.perf_counter()
-        response = await handler(self.ctx, header, request)
+        try:
+            response = await handler(self.ctx, header, request)
+        except CloseConnection as exc:
+            self._drop(str(exc))
+            return None
         observe.request_done(header.api_key, header.api_version, started)
         if response is None:
             return None

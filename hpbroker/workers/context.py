@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
+class CloseConnection(Exception):
+    """Raised by a handler whose only answer is closing the client's connection
+    (a failed acks=0 produce: no response exists, and the close is how the
+    client learns to refresh its metadata).  The message is logged as why."""
+
+
 @dataclass
 class BrokerIdentity:
     broker_id: int

@@ -154,6 +154,28 @@ def test_acks0_requests_already_sent_are_appended_after_the_client_hangs_up(brok
     assert wait_for(lambda: ck_watermarks(broker.bootstrap, topic)[1] == 300, timeout=30, what="300 records appended")
 
 
+def test_a_failed_acks0_produce_closes_the_connection_and_a_good_one_does_not(broker, healthy):
+    """acks=0 has no answer to carry an error: Kafka closes the connection so
+    the client notices (and refreshes its metadata)."""
+    from hpbroker.records import Record, encode_batch
+    from tests.integration.clients import ck_watermarks
+
+    topic = topic_name("acks0-failed")
+    _create(broker, topic)
+    good = encode_batch([Record(0, 1_700_000_000_000, None, b"fine")])
+    corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])  # the batch CRC no longer matches
+    with socket.create_connection(("127.0.0.1", broker.port)) as s:
+        s.settimeout(10)
+        s.sendall(_produce_v3(topic, good, 0, 1) + _frame(_header(18, 0, correlation=2)))
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        answer = s.recv(size, socket.MSG_WAITALL)
+        assert struct.unpack_from(">ih", answer) == (2, 0)  # ApiVersions answered: still open
+        s.sendall(_produce_v3(topic, corrupt, 0, 3))
+        assert _closed_by_peer(s), "a failed acks=0 produce left the connection open"
+    assert ck_watermarks(broker.bootstrap, topic)[1] == 1  # the good record only
+    healthy()
+
+
 def test_a_corrupt_legacy_message_set_is_answered_corrupt_message(broker):
     from hpbroker.records import Record, encode_message_set
 

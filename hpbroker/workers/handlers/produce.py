@@ -6,6 +6,7 @@ import datetime
 import logging
 
 from hpbroker.errors import ErrorCode
+from hpbroker.workers.context import CloseConnection
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.partitions import AppendResult
 from hpbroker.workers.peers import PeerUnavailable
@@ -78,7 +79,14 @@ async def handle(ctx, header, request):
         if acks == -1:
             results = await _wait_replicated(ctx, work, results, request.timeout.total_seconds())
     if acks == 0:
-        return None  # Kafka sends no response at all
+        # No response exists; a failure closes the connection, as Kafka does,
+        # so the client notices (it reconnects and refreshes its metadata).
+        failed = [f"{topic}-{partition}: {result.error.name}"
+                  for (topic, partition, _), result in zip(work, results) if result.error != ErrorCode.none]
+        if failed:
+            raise CloseConnection(f"an acks=0 produce failed ({', '.join(failed[:3])}"
+                                  f"{', ...' if len(failed) > 3 else ''})")
+        return None
     m = response_module(API_KEY, header.api_version)
     by_topic: dict[str, list] = {}
     for (topic, partition, _), result in zip(work, results):
