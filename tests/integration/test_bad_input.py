@@ -63,7 +63,8 @@ def healthy(broker):
         assert [r.value for r in got] == sent
 
     produce_one()
-    return produce_one
+    yield produce_one
+    p.close()  # before the broker stops: a producer left alive keeps reconnecting to it
 
 
 @pytest.mark.parametrize("name", list(BAD))
