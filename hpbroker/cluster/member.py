@@ -7,9 +7,10 @@ Every change of the cluster image is handed to ``on_image`` from one thread,
 in order; the acceptor passes it on to its workers.
 
 Leaving: a controlled shutdown asks the controller to move this broker's
-leaderships away and waits until the image shows none left (or the time is
-up), so producers see one retry, not an outage; then the session ends and the
-registration vanishes at once.
+leaderships away and waits until none is left, in the image and then in
+ZooKeeper's own partition states (or the time is up), so producers see one
+retry, not an outage; then the session ends and the registration vanishes at
+once.
 """
 
 from __future__ import annotations
