@@ -1,6 +1,7 @@
 """The broker-to-broker client connection against a real broker."""
 
 import asyncio
+import uuid
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -77,3 +78,20 @@ def test_an_unanswered_request_times_out_and_closes_the_connection():
 def test_connecting_where_nothing_listens_is_a_connection_error():
     with pytest.raises(OSError):
         run(ClientConnection.open("127.0.0.1", free_port(), "t"))
+
+
+def test_metadata_for_an_unknown_topic_id_echoes_it_with_unknown_topic_id(broker_factory):
+    broker = broker_factory()
+    wanted = uuid.uuid4()
+
+    async def scenario():
+        connection = await ClientConnection.open("127.0.0.1", broker.port, "test-client")
+        try:
+            return await connection.send(MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=wanted, name=None),), allow_auto_topic_creation=True,
+                include_topic_authorized_operations=False))
+        finally:
+            connection.close()
+
+    (topic,) = run(scenario()).topics
+    assert (topic.error_code, topic.topic_id, topic.name) == (ErrorCode.unknown_topic_id, wanted, None)

@@ -45,7 +45,7 @@ async def handle(ctx, header, request):
     allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
     entries = []
     if requested is None:
-        entries = [(t.name, t, ErrorCode.none) for t in ctx.topics.all()]
+        entries = [(t.name, t.topic_id, t, ErrorCode.none) for t in ctx.topics.all()]
     else:
         for name, topic_id, info in requested:
             error = ErrorCode.none
@@ -53,9 +53,9 @@ async def handle(ctx, header, request):
                 info, error = _auto_create(ctx, name)
             elif info is None:
                 error = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
-            entries.append((name, info, error))
+            entries.append((name, topic_id, info, error))
     topics = []
-    for name, info, error in entries:
+    for name, topic_id, info, error in entries:
         partitions = ()
         if info is not None:
             partitions = tuple(_partition(m, p, ctx.cluster.partition(info.name, p)) for p in range(info.partitions))
@@ -63,7 +63,8 @@ async def handle(ctx, header, request):
             name = ""  # an unknown topic id; names are nullable in responses only from v12
         topics.append(make(
             m.MetadataResponseTopic, error_code=error, name=info.name if info else name,
-            topic_id=info.topic_id if info else None, is_internal=bool(info and info.is_internal),
+            # an unknown id is echoed, as Kafka does, so the client can tell which one
+            topic_id=info.topic_id if info else topic_id, is_internal=bool(info and info.is_internal),
             partitions=partitions, topic_authorized_operations=_NO_OPERATIONS))
     brokers = tuple(make(m.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
                     for b in ctx.cluster.brokers())
