@@ -81,7 +81,7 @@ async def handle(ctx, header, request):
     if acks == 0:
         # No response exists; a failure closes the connection, as Kafka does,
         # so the client notices (it reconnects and refreshes its metadata).
-        failed = [f"{topic}-{partition}: {result.error.name}"
+        failed = [f"{topic}-{partition}: {ErrorCode(result.error).name}"
                   for (topic, partition, _), result in zip(work, results) if result.error != ErrorCode.none]
         if failed:
             raise CloseConnection(f"an acks=0 produce failed ({', '.join(failed[:3])}"
