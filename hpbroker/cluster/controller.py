@@ -30,7 +30,8 @@ Fencing: every write is a ZooKeeper transaction that first checks the version
 of ``/controller_epoch`` this controller set when it took over, so a
 controller that was replaced (paused, partitioned) cannot write, and the state
 znode's own version, so a write based on a stale read fails and is redone
-from the newer image.
+from the newer image.  A fenced controller that still holds ``/controller``
+deletes it, so the election runs again rather than leaving no controller.
 """
 
 from __future__ import annotations
