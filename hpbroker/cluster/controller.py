@@ -226,18 +226,20 @@ class Controller:
             reassigning = znodes.being_reassigned(image.topics[topic], p)
             if reassigning and self._complete_reassignment(image.topics[topic], p, state, live):
                 continue
-            chosen = self._next_leadership(replicas, state, live, leaving, image.live,
+            chosen = self._next_leadership(replicas, state, live, leaving, image.brokers,
                                            preferred=key in preferred_wanted, unclean=key in unclean_wanted)
             if chosen is None:
                 continue
+            bounced_leader = state.registered_since(state.leader, image.brokers)
             # A leader learns its replica set when it takes an epoch: a new set
             # (a reassignment started, redirected or cancelled) needs a new epoch,
             # as Kafka's controller bumps it; a new controller does so for every
             # reassignment it finds in progress.
             announced = self._announced.setdefault(key, None if reassigning else tuple(replicas))
             announce = announced != tuple(replicas) and chosen.leader != election.NO_LEADER
-            if announce or (chosen.leader, chosen.isr) != (state.leader, state.isr):
-                bump = announce or chosen.leader != state.leader
+            if announce or bounced_leader or (chosen.leader, chosen.isr) != (state.leader, state.isr):
+                # a leader that restarted since this state leads again only under a new epoch
+                bump = announce or chosen.leader != state.leader or bounced_leader
                 epoch = state.leader_epoch + (1 if bump else 0)
                 new = znodes.PartitionState(chosen.leader, epoch, chosen.isr, self.epoch, state.zk_version)
                 if self._write_state(topic, p, new):
@@ -259,20 +261,30 @@ class Controller:
         except NoNodeError:
             pass  # the topic was deleted meanwhile
 
-    def _next_leadership(self, replicas, state, live, leaving, registered, *, preferred: bool, unclean: bool = False):
+    def _next_leadership(self, replicas, state, live, leaving, brokers, *, preferred: bool, unclean: bool = False):
         # a replica no longer assigned (a reassignment cancelled or redirected) leaves the ISR, and cannot lead
-        isr = [r for r in state.isr if r in replicas]
+        assigned_isr = [r for r in state.isr if r in replicas]
+        # An ISR member registered again since this state was written is another
+        # incarnation than the one judged in sync (restarted, perhaps on an empty
+        # disk, while the watch saw no gap): out, as Kafka's controller treats a
+        # bounced broker as one that died and came back.
+        isr = [r for r in assigned_isr if state.judged_in_sync(r, brokers)]
         leader = state.leader if state.leader in replicas else election.NO_LEADER
         if leader in leaving:
-            found = election.controlled_shutdown(replicas, isr, registered, leaving)
+            found = election.controlled_shutdown(replicas, isr, set(brokers), leaving)
             # nobody else in sync: it keeps leading until it is gone (then offline election)
             return found
-        if leader not in live:
-            found = election.offline_partition(replicas, isr, live,
-                                               unclean=self.settings.unclean_leader_election or unclean)
+        if leader not in live or state.registered_since(leader, brokers):
+            found = election.offline_partition(replicas, isr, live)
+            if found is None:
+                # nobody judged in sync is live: a last in-sync member that restarted
+                # leads again (it had everything acknowledged), as in Kafka
+                found = election.offline_partition(replicas, [r for r in assigned_isr if r in live], live)
+            if found is None and (self.settings.unclean_leader_election or unclean):
+                found = election.offline_partition(replicas, [], live, unclean=True)
             if found is None:
                 # keep the ISR as it was: its last member may lead again without loss
-                return election.Election(election.NO_LEADER, isr)
+                return election.Election(election.NO_LEADER, assigned_isr)
             return found
         isr = [r for r in isr if r in live]
         if preferred and replicas[0] != state.leader:

@@ -176,7 +176,7 @@ class ClusterMember:
             for key, read in reads:
                 try:
                     data, stat = read.get()
-                    states[key] = znodes.PartitionState.decode(*key, data, stat.version)
+                    states[key] = znodes.PartitionState.decode(*key, data, stat.version, stat.mzxid)
                 except (NoNodeError, znodes.ZnodeFormatError):
                     continue
         except KazooException as exc:

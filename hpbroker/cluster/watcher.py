@@ -89,7 +89,7 @@ class ImageWatcher:
             except NoNodeError:
                 continue
             try:
-                read[key] = znodes.PartitionState.decode(*key, data, stat.version)
+                read[key] = znodes.PartitionState.decode(*key, data, stat.version, stat.mzxid)
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring the state of %s-%d: %s", *key, exc)
 
@@ -131,15 +131,17 @@ class ImageWatcher:
         return True
 
     def _broker_watch(self, broker_id: int):
-        def change(data) -> None:
+        def change(data, stat) -> None:
             if data is None:
                 self._brokers.pop(broker_id, None)  # keep watching: a restarted broker registers again
                 return
             try:
-                self._brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data)
+                # the creating zxid is the broker epoch: a restart shows as a new one
+                # even when the watch never saw the old node go
+                self._brokers[broker_id] = znodes.BrokerRegistration.decode(broker_id, data, stat.czxid)
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring broker %d's registration: %s", broker_id, exc)
-        return lambda data, _stat: self._update(lambda: change(data))
+        return lambda data, stat: self._update(lambda: change(data, stat))
 
     def _on_controller(self, data, _stat) -> bool:
         def change() -> None:
@@ -203,7 +205,7 @@ class ImageWatcher:
                 self._states.pop(key, None)
                 return
             try:
-                self._states[key] = znodes.PartitionState.decode(topic, partition, data, stat.version)
+                self._states[key] = znodes.PartitionState.decode(topic, partition, data, stat.version, stat.mzxid)
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
         # a watch of a deleted topic's partition ends (its topic watch forgot it)

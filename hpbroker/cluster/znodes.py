@@ -94,6 +94,11 @@ class BrokerRegistration:
     rack: str | None = None
     listener: str = "PLAINTEXT"
     timestamp_ms: int = 0
+    # The broker epoch (KIP-380): the zxid that created this registration, so a
+    # broker that restarted, or re-registered after its session expired, has a
+    # larger one than the incarnation before it.  Read from the znode's stat
+    # (czxid), never written into it; -1 when not known.
+    epoch: int = -1
 
     @property
     def endpoint(self) -> str:
@@ -110,7 +115,7 @@ class BrokerRegistration:
         return _dump(value)
 
     @classmethod
-    def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
+    def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> "BrokerRegistration":
         path = broker_path(broker_id)
         obj = _load(path, data)
         endpoints = obj.get("endpoints") or []
@@ -125,7 +130,7 @@ class BrokerRegistration:
             listener, host, port = "PLAINTEXT", _field(path, obj, "host", str), _field(path, obj, "port", int)
         rack = obj.get("rack")
         timestamp = _field(path, obj, "timestamp", int, 0)
-        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp)
+        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp, epoch)
 
 
 # --- /controller, /controller_epoch ---------------------------------------------------
@@ -197,24 +202,38 @@ def partition_state_path(topic: str, partition: int) -> str:
 class PartitionState:
     """Leader and ISR as the controller last wrote them.  ``zk_version`` is the
     znode's version when read: every change is a set conditional on it, so two
-    writers (an old and a new controller) cannot both win."""
+    writers (an old and a new controller) cannot both win.  ``zxid`` is the
+    zxid of that write (the stat's mzxid): an ISR member whose registration
+    (``BrokerRegistration.epoch``) is newer than it registered after the ISR
+    was decided, so it is another incarnation than the one judged in sync."""
 
     leader: int
     leader_epoch: int
     isr: list[int]
     controller_epoch: int
     zk_version: int = -1
+    zxid: int = -1
+
+    def registered_since(self, replica: int, brokers: dict) -> bool:
+        """``replica`` registered after this state was written (``brokers``: id ->
+        BrokerRegistration): it restarted, or its session expired, since."""
+        registration = brokers.get(replica)
+        return registration is not None and 0 <= self.zxid < registration.epoch
+
+    def judged_in_sync(self, replica: int, brokers: dict) -> bool:
+        """``replica`` is in the ISR in the incarnation that was judged in sync."""
+        return replica in self.isr and replica in brokers and not self.registered_since(replica, brokers)
 
     def encode(self) -> bytes:
         return _dump({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
                       "isr": list(self.isr), "controller_epoch": self.controller_epoch})
 
     @classmethod
-    def decode(cls, topic: str, partition: int, data: bytes, zk_version: int = -1) -> "PartitionState":
+    def decode(cls, topic: str, partition: int, data: bytes, zk_version: int = -1, zxid: int = -1) -> "PartitionState":
         path = partition_state_path(topic, partition)
         obj = _load(path, data)
         return cls(_field(path, obj, "leader", int), _field(path, obj, "leader_epoch", int),
-                   _int_list(path, obj.get("isr")), _field(path, obj, "controller_epoch", int), zk_version)
+                   _int_list(path, obj.get("isr")), _field(path, obj, "controller_epoch", int), zk_version, zxid)
 
 
 # --- /config/topics/<topic> ------------------------------------------------------------

@@ -96,7 +96,7 @@ def state(admin, topic, p):
         data, stat = admin.get(znodes.partition_state_path(topic, p))
     except Exception:
         return None
-    return znodes.PartitionState.decode(topic, p, data, stat.version)
+    return znodes.PartitionState.decode(topic, p, data, stat.version, stat.mzxid)
 
 
 def create_topic(admin, topic, assignment):
@@ -145,11 +145,16 @@ async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000)
     replicas.wake = service.wake
     loop = asyncio.get_running_loop()
 
-    def on_image(image):
+    def on_image(_image=None):
+        image = link.image()
         topics.apply(image)
         replicas.apply(image)
+
+    def on_session(session):
+        replicas.set_session(session)
+        on_image()
     link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
-                    lambda healthy: loop.call_soon_threadsafe(replicas.set_health, healthy))
+                    lambda session: loop.call_soon_threadsafe(on_session, session))
     try:
         yield Worker(link, logs, topics, replicas, service)
     finally:

@@ -58,6 +58,28 @@ def test_a_partition_whose_isr_is_all_gone_waits_for_its_last_in_sync_replica(cl
     assert back.leader_epoch == 2
 
 
+def test_a_broker_that_registered_again_unseen_is_out_of_every_isr_and_leads_no_more(cluster, admin):
+    """Its registration is replaced in one ZooKeeper transaction, so the
+    controller's watches never see it go (as when a restarted broker registers
+    the moment its predecessor's session ends): its new broker epoch alone
+    says it is another incarnation, which nothing shows to hold what the ISR
+    promised (it may have restarted on an empty disk)."""
+    cluster(1, 2, 3)
+    create_topic(admin, "t", {0: [1, 2, 3], 1: [2, 1, 3]})
+    wait_state(admin, "t", 0, "partition 0's state", lambda s: s.isr == [1, 2, 3])
+    before = wait_state(admin, "t", 1, "broker 2 to lead partition 1", lambda s: s.leader == 2)
+    path = znodes.broker_path(2)
+    data, _stat = admin.get(path)
+    bounce = admin.transaction()
+    bounce.delete(path)
+    bounce.create(path, data, ephemeral=True)
+    assert not any(isinstance(r, Exception) for r in bounce.commit())
+    kept = wait_state(admin, "t", 0, "broker 2 to leave partition 0's ISR", lambda s: 2 not in s.isr)
+    assert (kept.leader, kept.isr) == (1, [1, 3])
+    moved = wait_state(admin, "t", 1, "partition 1 to get another leader", lambda s: s.leader != 2)
+    assert moved.leader == 1 and moved.leader_epoch == before.leader_epoch + 1 and 2 not in moved.isr
+
+
 def test_unclean_election_lets_an_out_of_sync_replica_lead(cluster, admin, chroot):
     members = cluster(1, 2, settings=ControllerSettings(unclean_leader_election=True))
     create_topic(admin, "t", {0: [1, 2]})
