@@ -1,6 +1,8 @@
 """The owning worker's partition service, in process: appends, reads and the
 OffsetForLeaderEpoch answer, over a real log directory."""
 
+import asyncio
+
 import pytest
 
 from hpbroker.errors import FENCED_LEADER_EPOCH, NONE, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION
@@ -44,8 +46,8 @@ def test_offset_for_leader_epoch_through_the_service(service):
 def test_answers_are_named_and_a_batch_runs_only_partition_methods(service):
     appended = service.append("t", 0, encode_message_set([Record(0, 0, None, b"x")], magic=1))
     assert (appended.error, appended.base_offset, appended.log_start_offset) == (NONE, 0, 0)
-    [located, missing] = service.batch("locate", [("t", 0, 0, 1 << 20), ("t", 5, 0, 1 << 20)])
+    [located, missing] = asyncio.run(service.batch("locate", [("t", 0, 0, 1 << 20), ("t", 5, 0, 1 << 20)]))
     assert (located.error, located.high_watermark, located.position) == (NONE, 1, 0) and located.size > 0
     assert missing.error == UNKNOWN_TOPIC_OR_PARTITION
     with pytest.raises(ValueError, match="not a partition method"):
-        service.batch("partition_log", [("t", 0)])
+        asyncio.run(service.batch("partition_log", [("t", 0)]))

@@ -66,3 +66,52 @@ def test_a_fetch_from_a_broker_that_is_not_a_replica_changes_nothing():
     state = leader()
     state.follower_fetched(9, 100, 100, now_ms=1)
     assert 9 not in state.followers
+
+
+def test_a_follower_that_restarted_starts_over_and_leaves_the_isr():
+    """Its fetches carry its broker epoch: what the earlier incarnation fetched
+    (and the caught-up time it earned) is not the new one's."""
+    state = leader()
+    registered = {1: 10, 2: 20, 3: 30}
+    state.follower_fetched(2, 100, 100, now_ms=1, broker_epoch=20)
+    state.follower_fetched(3, 100, 100, now_ms=1, broker_epoch=30)
+    assert state.advance_high_watermark(100) and state.isr_change(100, now_ms=2, registered=registered) is None
+    registered[3] = 31  # restarted, empty
+    state.follower_fetched(3, 0, 100, now_ms=3, broker_epoch=31)
+    assert state.followers[3].log_end == 0
+    assert state.isr_change(100, now_ms=4, registered=registered) == [1, 2]
+    state.isr_applied([1, 2])
+    state.follower_fetched(3, 100, 100, now_ms=5, broker_epoch=30)  # a late fetch of the old one
+    assert state.followers[3].log_end == 0 and state.isr_change(100, now_ms=6, registered=registered) is None
+    state.follower_fetched(3, 100, 100, now_ms=7, broker_epoch=31)
+    assert state.isr_change(100, now_ms=8, registered=registered) == [1, 2, 3]
+
+
+def test_only_the_registered_incarnation_can_join():
+    """Progress of an incarnation ZooKeeper no longer registers (or not yet:
+    the leader's image lags) never lets the replica in."""
+    state = leader(isr=(1, 2), hw=100)
+    state.follower_fetched(3, 100, 100, now_ms=1, broker_epoch=30)
+    assert state.isr_change(100, now_ms=2, registered={1: 10, 2: 20}) is None  # not registered at all
+    assert state.isr_change(100, now_ms=2, registered={1: 10, 2: 20, 3: 33}) is None  # registered again since
+    assert state.isr_change(100, now_ms=2, registered={1: 10, 2: 20, 3: 30}) == [1, 2, 3]
+
+
+def test_an_isr_member_registered_after_the_isr_was_written_is_out():
+    """It restarted after the ISR was decided (the leader may never have seen it
+    go): the incarnation in the ISR is not this one."""
+    state = leader()
+    for replica in (2, 3):
+        state.follower_fetched(replica, 100, 100, now_ms=1)
+    assert state.isr_change(100, now_ms=2, registered={1: 10, 2: 20, 3: 30}, isr_zxid=50) is None
+    assert state.isr_change(100, now_ms=2, registered={1: 10, 2: 20, 3: 60}, isr_zxid=50) == [1, 2]
+
+
+def test_time_the_leader_could_not_measure_counts_for_no_lag():
+    state = leader()
+    state.follower_fetched(2, 100, 100, now_ms=1000)
+    state.follower_fetched(3, 100, 100, now_ms=1000)
+    stalled = 1000 + LAG_MS + 5000
+    state.skip_time(LAG_MS + 5000, now_ms=stalled)  # no fetch could be seen meanwhile
+    assert state.isr_change(100, now_ms=stalled + 1) is None
+    assert state.isr_change(100, now_ms=stalled + LAG_MS + 1) == [1]

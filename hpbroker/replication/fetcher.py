@@ -1,8 +1,9 @@
 """The follower's side: fetch from the leader, append at the leader's offsets.
 
 One ``ReplicaFetcher`` per leader broker serves every partition this worker
-follows from it, in one Fetch request (``replica_id`` = this broker's id), as
-Kafka's fetcher threads do.  A partition first truncates: it asks the leader
+follows from it, in one Fetch request (v15: the replica state names this
+broker and its broker epoch, so the leader counts only what this incarnation
+fetched; topics by id), as Kafka's fetcher threads do.  A partition first truncates: it asks the leader
 (OffsetForLeaderEpoch) where its own latest leader epoch ends there, and cuts
 its log at that point, so a tail the leader never had (written by a leader
 that lost its place before the followers copied it) is gone before anything
@@ -19,11 +20,12 @@ import asyncio
 import datetime
 import logging
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from hpbroker.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
                                                            OffsetForLeaderTopic)
 
@@ -66,6 +68,7 @@ class Followed:
     partition: int
     leader_epoch: int
     log: FollowerLog
+    topic_id: uuid.UUID
     truncated: bool = False  # done once per leader epoch
     stalled_until: float = 0.0  # the leader disowned it: ask again after a back-off (or a role change)
 
@@ -80,8 +83,10 @@ def last_epoch(partition_log: FollowerLog) -> int:
 
 
 class ReplicaFetcher:
-    def __init__(self, settings: FetcherSettings, leader_id: int, host: str, port: int):
+    def __init__(self, settings: FetcherSettings, leader_id: int, host: str, port: int,
+                 broker_epoch: Callable[[], int] = lambda: -1):
         self.settings = settings
+        self.broker_epoch = broker_epoch  # this broker's registration, as its image knows it now
         self.leader_id = leader_id
         self.address = (host, port)
         self.partitions: dict[tuple[str, int], Followed] = {}
@@ -92,10 +97,11 @@ class ReplicaFetcher:
         self.on_progress = lambda topic, partition: None  # new data or high watermark: wake waiters
 
     # --- what to follow ------------------------------------------------------------------
-    def follow(self, topic: str, partition: int, leader_epoch: int, partition_log: FollowerLog) -> None:
+    def follow(self, topic: str, partition: int, leader_epoch: int, partition_log: FollowerLog,
+               topic_id: uuid.UUID) -> None:
         current = self.partitions.get((topic, partition))
         if current is None or current.leader_epoch != leader_epoch or current.log is not partition_log:
-            self.partitions[(topic, partition)] = Followed(topic, partition, leader_epoch, partition_log)
+            self.partitions[(topic, partition)] = Followed(topic, partition, leader_epoch, partition_log, topic_id)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -240,26 +246,28 @@ class ReplicaFetcher:
 
     # --- fetching ---------------------------------------------------------------------------------
     async def _fetch(self, connection: ClientConnection, ready: list[Followed]) -> None:
-        by_topic: dict[str, list] = {}
+        by_topic: dict[uuid.UUID, list] = {}
         for f in ready:
-            by_topic.setdefault(f.topic, []).append(FetchPartition(
+            by_topic.setdefault(f.topic_id, []).append(FetchPartition(
                 partition=f.partition, current_leader_epoch=f.leader_epoch, fetch_offset=f.log.log_end_offset,
                 last_fetched_epoch=last_epoch(f.log), log_start_offset=f.log.log_start_offset,
                 partition_max_bytes=self.settings.partition_max_bytes))
         request = FetchRequest(
-            cluster_id=None, replica_id=self.settings.broker_id,
+            cluster_id=None, replica_state=ReplicaState(replica_id=self.settings.broker_id,
+                                                        replica_epoch=self.broker_epoch()),
             max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
             min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes, isolation_level=0,
             session_id=0, session_epoch=-1,
-            topics=tuple(FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            topics=tuple(FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             forgotten_topics_data=(), rack_id="")
         response = await connection.send(request, timeout=self.settings.max_wait_ms / 1000 + 30)
         if response.error_code != ErrorCode.none:
             raise ConnectionError(f"fetch answered {response.error_code.name}")
+        asked = {(f.topic_id, f.partition): f for f in ready}
         for topic in response.responses:
             for data in topic.partitions:
-                followed = self.partitions.get((topic.topic, data.partition_index))
-                if followed is not None:
+                followed = asked.get((topic.topic_id, data.partition_index))
+                if followed is not None and self.partitions.get((followed.topic, followed.partition)) is followed:
                     self._apply(followed, data)
 
     def _apply(self, followed: Followed, data) -> None:

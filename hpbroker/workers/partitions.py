@@ -186,11 +186,17 @@ class PartitionService:
                            topic, partition, exc)
         return AppendResult(error, log_start_offset=partition_log.log_start_offset, message=str(exc))
 
-    def batch(self, method: str, calls: list) -> list:
+    async def batch(self, method: str, calls: list) -> list:
         """``method(*args)`` for each args tuple: one intra-broker round trip for
-        all the partitions of a request that this worker owns."""
+        all the partitions of a request that this worker owns.  While this
+        worker's leaderships are in doubt (a pause noticed, an expired session:
+        confirmed within a ZooKeeper round trip or two) the calls wait for the
+        answer rather than fail: a refusal would split a producer's pipelined
+        requests, the first refused and the next out of sequence."""
         if method not in self.PARTITION_METHODS:
             raise ValueError(f"{method!r} is not a partition method")
+        if self.replicas is not None:
+            await self.replicas.settled()
         run = getattr(self, method)
         return [run(*args) for args in calls]
 
@@ -224,10 +230,10 @@ class PartitionService:
 
     # --- reading ---------------------------------------------------------------
     def locate(self, topic: str, partition: int, offset: int, max_bytes: int, replica_id: int = -1,
-               current_leader_epoch: int = -1) -> LocateResult:
+               current_leader_epoch: int = -1, replica_epoch: int = -1) -> LocateResult:
         """Where the whole batches from ``offset`` are, up to the high watermark
         (a follower, ``replica_id`` >= 0, reads to the log end, and its fetch
-        offset tells the leader how far it got).  The file identity lets the
+        offset tells the leader how far that incarnation, ``replica_epoch``, got).  The file identity lets the
         sender make sure it reads the file these positions are in, even if
         compaction swapped a new file in under the same name meanwhile."""
         partition_log = self.partition_log(topic, partition)
@@ -239,7 +245,7 @@ class PartitionService:
         if fenced is not None:
             return LocateResult(fenced)
         if replica_id >= 0 and self.replicas is not None:
-            self.replicas.follower_fetched(topic, partition, replica_id, offset)
+            self.replicas.follower_fetched(topic, partition, replica_id, offset, replica_epoch)
         hw = partition_log.high_watermark
         start = partition_log.log_start_offset
         try:

@@ -243,7 +243,8 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
             assert errors(outcomes) == {0: ErrorCode.none}
             await until(lambda: replicas.leader_epoch("t", 0) == 1 and replicas.leads("t", 0),
                         "broker 1 to lead at the new epoch")
-            service.locate("t", 0, 0, 1 << 20, replica_id=3)  # broker 3 fetches: it holds everything
+            epoch = link.image().brokers[3].epoch  # the incarnation of broker 3 its fetches name
+            service.locate("t", 0, 0, 1 << 20, replica_id=3, replica_epoch=epoch)  # it holds everything
             await until(lambda: (state(admin, "t", 0).leader_epoch == 2), "the reassignment to complete")
             done = state(admin, "t", 0)
             assert (done.leader, done.isr) == (1, [1, 3])

@@ -28,8 +28,19 @@ class Controller:
         self.client = session.connect(connect, SESSION_MS, 10000)
         registration.ensure_layout(self.client)
         for broker_id in (1, 2):
-            self.client.create(znodes.broker_path(broker_id), znodes.BrokerRegistration(
-                broker_id, "127.0.0.1", 19000 + broker_id).encode(), ephemeral=True)
+            self.register(broker_id)
+
+    def register(self, broker_id: int) -> int:
+        """(Re)register ``broker_id`` as a broker starting up does; its broker epoch (the czxid)."""
+        path = znodes.broker_path(broker_id)
+        if self.client.exists(path):
+            self.client.delete(path)
+        self.client.create(path, znodes.BrokerRegistration(broker_id, "127.0.0.1", 19000 + broker_id).encode(),
+                           ephemeral=True)
+        return self.client.exists(path).czxid
+
+    def epoch(self, broker_id: int) -> int:
+        return self.client.exists(znodes.broker_path(broker_id)).czxid
 
     def create_topic(self, replicas: list[int], leader: int, isr: list[int], min_insync: int) -> None:
         self.client.create(znodes.topic_config_path(TOPIC),
@@ -41,7 +52,7 @@ class Controller:
 
     def state(self) -> znodes.PartitionState:
         data, stat = self.client.get(znodes.partition_state_path(TOPIC, 0))
-        return znodes.PartitionState.decode(TOPIC, 0, data, stat.version)
+        return znodes.PartitionState.decode(TOPIC, 0, data, stat.version, stat.mzxid)
 
     def elect(self, leader: int) -> None:
         current = self.state()
@@ -66,6 +77,7 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
         async with worker(chroot, tmp_path, lag_ms=LAG_MS) as parts:
             replicas, service = parts.replicas, parts.service
             await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
+            epoch = controller.epoch(2)  # the follower's incarnation, which its fetches name
 
             # acks=all: answered once the follower's fetch shows it holds the batch
             appended = service.append(TOPIC, 0, batch(3), acks=-1)
@@ -75,9 +87,9 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
             waiting = asyncio.ensure_future(service.wait_replicated([(TOPIC, 0, 3)], 10))
             await asyncio.sleep(0)
             assert not waiting.done()
-            follower = service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2)
+            follower = service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2, replica_epoch=epoch)
             assert follower.size > 0  # a follower reads past the high watermark
-            service.locate(TOPIC, 0, 3, 1 << 20, replica_id=2)  # its next fetch: it holds 0..2
+            service.locate(TOPIC, 0, 3, 1 << 20, replica_id=2, replica_epoch=epoch)  # its next fetch: it holds 0..2
             assert await asyncio.wait_for(waiting, 5) == [ErrorCode.none]
             assert service.offsets(TOPIC, 0).high_watermark == 3
 
@@ -92,7 +104,7 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
             assert service.offsets(TOPIC, 0).high_watermark == 6  # an ISR of one: its own end
 
             # the follower catches up: it joins the ISR again
-            service.locate(TOPIC, 0, 6, 1 << 20, replica_id=2)
+            service.locate(TOPIC, 0, 6, 1 << 20, replica_id=2, replica_epoch=epoch)
             await until(lambda: controller.state().isr == [1, 2], "the ISR to grow back")
 
             # a pending acks=all is answered NOT_LEADER_OR_FOLLOWER when leadership moves
@@ -104,6 +116,37 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
             assert service.append(TOPIC, 0, batch(1)).error == ErrorCode.not_leader_or_follower
             assert service.locate(TOPIC, 0, 0, 100).error == ErrorCode.not_leader_or_follower
             assert (TOPIC, 0) in replicas.following  # now a follower of broker 2
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_restarted_follower_counts_nothing_from_before_and_rejoins_once_caught_up_again(chroot, controller,
+                                                                                         tmp_path):
+    """The follower restarts (its registration, so its broker epoch, is new),
+    perhaps on an empty disk: its place in the ISR and its progress were the
+    earlier incarnation's.  Out at once; back only with fetches of its own that
+    reach the high watermark."""
+    controller.create_topic([1, 2], leader=1, isr=[1, 2], min_insync=1)
+
+    async def main():
+        async with worker(chroot, tmp_path, lag_ms=60_000) as parts:
+            replicas, service = parts.replicas, parts.service
+            await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
+            before = controller.epoch(2)
+            service.append(TOPIC, 0, batch(5))
+            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=before)
+            await until(lambda: service.offsets(TOPIC, 0).high_watermark == 5, "the follower to copy it all")
+
+            after = controller.register(2)  # restarted with its disk wiped; it has not fetched yet
+            await until(lambda: (replicas.tick(), controller.state().isr == [1])[1],
+                        "the restarted follower to leave the ISR")
+            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=before)  # a fetch of the old one
+            assert replicas.wanted_isr(TOPIC, 0) is None  # counts for nothing
+            service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2, replica_epoch=after)  # the new one starts empty
+            assert replicas.wanted_isr(TOPIC, 0) is None  # not in sync
+            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=after)
+            await until(lambda: (replicas.tick(), controller.state().isr == [1, 2])[1],
+                        "the new incarnation to rejoin once it holds the high watermark")
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

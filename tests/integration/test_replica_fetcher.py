@@ -6,7 +6,7 @@ import asyncio
 from confluent_kafka import Producer
 
 from hpbroker.replication.fetcher import FetcherSettings, ReplicaFetcher
-from hpbroker.storage import Log, LogConfig
+from hpbroker.storage import Log, LogConfig, checkpoints
 from tests.log_helpers import make_batch
 
 TOPIC = "replicated"
@@ -20,6 +20,11 @@ def produce(broker, count, start=0):
     assert producer.flush(30) == 0
 
 
+def topic_id(broker):
+    """The topic's id, as the leader's partition.metadata holds it (the follower fetches by id)."""
+    return checkpoints.read_partition_metadata(str(broker.data_dir / f"{TOPIC}-0" / "partition.metadata"))
+
+
 def leader_log(broker):
     return Log.open(str(broker.data_dir / f"{TOPIC}-0"), TOPIC, 0, LogConfig())
 
@@ -29,7 +34,7 @@ async def follow_until(broker, follower, end, timeout=30):
                              broker.port)
     progressed = asyncio.Event()
     fetcher.on_progress = lambda topic, partition: progressed.set()
-    fetcher.follow(TOPIC, 0, 0, follower)
+    fetcher.follow(TOPIC, 0, 0, follower, topic_id(broker))
     try:
         while follower.log_end_offset < end:
             progressed.clear()

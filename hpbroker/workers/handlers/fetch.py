@@ -27,7 +27,7 @@ _UNAVAILABLE = LocateResult(ErrorCode.not_leader_or_follower)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
 
 
-async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int) -> list:
+async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int, replica_epoch: int) -> list:
     """Where each requested partition's batches are: one call per owning worker,
     none larger than the whole response may be (``max_bytes``) unless its first
     batch alone is.  None for a partition of an unknown topic (its error is the
@@ -45,7 +45,7 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int) -> list:
                 slots.append(len(results))
                 results.append(None)
                 calls.append((info.name, p.partition, p.fetch_offset, min(p.partition_max_bytes, max_bytes),
-                              replica_id, getattr(p, "current_leader_epoch", -1)))
+                              replica_id, getattr(p, "current_leader_epoch", -1), replica_epoch))
     for slot, answer in zip(slots, await ctx.call_owners("locate", calls, _UNAVAILABLE)):
         results[slot] = answer
     return results
@@ -85,14 +85,19 @@ async def handle(ctx, header, request):
     version = header.api_version
     max_bytes = request.max_bytes  # every advertised version (4+) has it
     deadline = time.monotonic() + request.max_wait.total_seconds()
-    # a follower broker (replica id >= 0) reads to the log end; consumers to the high watermark
-    replica_id = getattr(request, "replica_id", -1)
+    # a follower broker (replica id >= 0) reads to the log end; consumers to the high watermark.
+    # From v15 the follower also names its broker epoch (which incarnation fetches).
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        replica_id, replica_epoch = state.replica_id, state.replica_epoch
+    else:
+        replica_id, replica_epoch = getattr(request, "replica_id", -1), -1
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await _locate_all(ctx, wanted, max_bytes, replica_id)
+        located = await _locate_all(ctx, wanted, max_bytes, replica_id, replica_epoch)
         ready = sum(r.size for r in located if r is not None and r.error == ErrorCode.none and r.path)
         errors = any(r is None or r.error != ErrorCode.none for r in located)
         remaining = deadline - time.monotonic()
@@ -100,7 +105,7 @@ async def handle(ctx, header, request):
             break
         await _wait_for_data(ctx, wanted, located, remaining, replica_id >= 0)
         if time.monotonic() >= deadline:
-            located = await _locate_all(ctx, wanted, max_bytes, replica_id)
+            located = await _locate_all(ctx, wanted, max_bytes, replica_id, replica_epoch)
             break
     budget, first = max_bytes, True
     topics, results = [], iter(located)
