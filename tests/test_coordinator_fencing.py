@@ -1,6 +1,7 @@
 """A cluster worker's group coordinator, wired to its replica roles as a broker's
 worker wires them, without ZooKeeper: the image is handed in, and the session's
-doubts (suspended, or a pause of the worker) are played by hand.
+doubts (a lost connection, which is none, an expired session, a pause of the
+worker) are played by hand.
 
 While the leadership of a group's ``__consumer_offsets`` partition is fenced,
 this broker is still the coordinator the cluster names: a group request is
@@ -15,6 +16,7 @@ import time
 from hpbroker import errors as E
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
+from hpbroker.cluster.worker_link import Session
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
@@ -103,8 +105,13 @@ def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path, m
         assert c.offset_fetch(mine, asked, False) == committed
         assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR  # another broker leads it
 
-        # the session is suspended: leadership fenced, and this broker still the coordinator
-        replicas.set_health(False)
+        # the connection to ZooKeeper is lost: the session may live, so this broker coordinates on
+        replicas.set_session(Session.SUSPENDED)
+        assert replicas.leads(OFFSETS_TOPIC, 0) and not replicas.fenced(OFFSETS_TOPIC, 0)
+        assert c.offset_fetch(mine, asked, False) == committed
+
+        # the session expired: leadership fenced, and this broker still the coordinator
+        replicas.set_session(Session.EXPIRED)
         assert replicas.fenced(OFFSETS_TOPIC, 0) and not replicas.leads(OFFSETS_TOPIC, 0)
         assert not replicas.fenced(OFFSETS_TOPIC, 1)
         assert c.offset_fetch(mine, asked, False) == (E.COORDINATOR_LOAD_IN_PROGRESS, [])
@@ -113,7 +120,8 @@ def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path, m
         assert (await c.offset_commit(mine, 1, member, None, [("events", 0, 8, -1, "")], 9)) \
             == [("events", 0, E.COORDINATOR_LOAD_IN_PROGRESS)]
         assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR
-        replicas.set_health(True)
+        replicas.set_session(Session.CONNECTED)
+        replicas.apply(link.image())
         assert c.offset_fetch(mine, asked, False) == committed  # the group and its offsets are still here
         assert c.heartbeat(mine, 1, member, None) == E.NONE
 

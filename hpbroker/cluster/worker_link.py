@@ -7,9 +7,13 @@ roles from the image directly: nothing has to relay it, and a worker that is
 cut off from ZooKeeper knows so itself.
 
 Watches fire on kazoo's threads; one publisher thread hands each new image
-(and each change of the session's health) to the worker's event loop, in
-order.  After a reconnect the partition states are read again before the
-session is called healthy, so a leader resumes only on a fresh view.
+(and each change of the session, ``Session``) to the worker's event loop, in
+order.  A lost connection is only SUSPENDED: the session lives on in
+ZooKeeper until its timeout, and ZooKeeper itself keeps it through a restart,
+so leaders go on serving (as Kafka's do); only an EXPIRED session, which
+ZooKeeper tells on reconnecting, ends what this broker held.  After a
+reconnect the partition states are read again before the session is called
+CONNECTED, so a leader resumes only on a fresh view.
 
 Writes from the event loop never block it: ``call`` wraps kazoo's
 asynchronous API in an asyncio future; admin writes, rare and small, may use
@@ -19,6 +23,8 @@ asynchronous API in an asyncio future; admin writes, rare and small, may use
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import json
 import logging
 import threading
@@ -45,6 +51,12 @@ def _settle(future: asyncio.Future, value, error: Exception | None) -> None:
             future.set_result(value)
 
 
+class Session(enum.Enum):
+    CONNECTED = "connected"  # connected, and the states read since the last reconnect
+    SUSPENDED = "suspended"  # the connection is down; the session may well live on
+    EXPIRED = "expired"  # ZooKeeper ended it: nothing held under it can be trusted until read again
+
+
 class AdminError(Exception):
     """An admin write ZooKeeper refused or could not take; ``reason`` names the case."""
 
@@ -63,7 +75,7 @@ class WorkerLink:
         self.watcher: ImageWatcher | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
-        self._healthy = True
+        self._session = Session.CONNECTED  # as kazoo last said (CONNECTED only once the states were read)
         self._reconnected = False
 
     # --- session -------------------------------------------------------------------------
@@ -75,10 +87,10 @@ class WorkerLink:
         self.watcher.start()
         self.client.add_listener(self._on_state)
 
-    def publish_to(self, on_image, on_health) -> None:
-        """Hand ``on_image(image)`` and ``on_health(bool)`` every change, from
+    def publish_to(self, on_image, on_session) -> None:
+        """Hand ``on_image(image)`` and ``on_session(Session)`` every change, from
         one thread: the callbacks pass them on to their own loop."""
-        self._thread = threading.Thread(target=self._publish, args=(on_image, on_health), name="cluster-image",
+        self._thread = threading.Thread(target=self._publish, args=(on_image, on_session), name="cluster-image",
                                         daemon=True)
         self._thread.start()
 
@@ -86,12 +98,14 @@ class WorkerLink:
         # kazoo's connection thread: only note it and wake the publisher
         if state == KazooState.CONNECTED:
             self._reconnected = True
-        else:
-            self._healthy = False
+        elif state == KazooState.LOST:
+            self._session = Session.EXPIRED
+        elif self._session is Session.CONNECTED:
+            self._session = Session.SUSPENDED
         self.watcher.poke()
 
-    def _publish(self, on_image, on_health) -> None:
-        generation, healthy = -1, True
+    def _publish(self, on_image, on_session) -> None:
+        generation, published = -1, Session.CONNECTED
         while not self._stopped.is_set():
             changed = self.watcher.wait_changed(generation, timeout=1.0)
             if self._stopped.is_set():
@@ -100,17 +114,21 @@ class WorkerLink:
                 self._reconnected = False
                 try:
                     self.watcher.reread_states()
-                    self._healthy = True
+                    self._session = Session.CONNECTED
                 except KazooException as exc:
                     log.warning("re-reading partition states after a reconnect failed: %r", exc)
                     self._reconnected = True
                     self._stopped.wait(0.2)
                     continue
-            if self._healthy != healthy:
-                healthy = self._healthy
-                log.warning("ZooKeeper session %s", "healthy again" if healthy else "suspended or lost: "
-                            "leaderships fenced until it is back")
-                on_health(healthy)
+            session = self._session
+            if session is not published:
+                published = session
+                log.warning("ZooKeeper session %s", {
+                    Session.CONNECTED: "connected again, partition states read",
+                    Session.SUSPENDED: "suspended (connection lost): leaders keep serving while it may live",
+                    Session.EXPIRED: "expired: leaderships in doubt until a new session has read the states",
+                }[session])
+                on_session(session)
             if changed != generation:
                 generation = changed
                 on_image(self.watcher.image())
@@ -127,16 +145,18 @@ class WorkerLink:
             self.client = None
 
     # --- the leader's writes -----------------------------------------------------------------
-    async def propose_isr(self, topic: str, partition: int, state: znodes.PartitionState) -> int | None:
+    async def propose_isr(self, topic: str, partition: int,
+                          state: znodes.PartitionState) -> znodes.PartitionState | None:
         """Set the partition's state if nobody changed it since ``state.zk_version``;
-        the new znode version, or None when it had changed (the controller or a
-        newer leader won: the image will show what is true)."""
+        the state as written (its new version and zxid), or None when it had
+        changed (the controller or a newer leader won: the image will show what
+        is true)."""
         try:
             stat = await self.call(self.client.set_async(znodes.partition_state_path(topic, partition),
                                                          state.encode(), version=state.zk_version))
         except (BadVersionError, NoNodeError):
             return None
-        return stat.version
+        return dataclasses.replace(state, zk_version=stat.version, zxid=stat.mzxid)
 
     @staticmethod
     def call(async_result) -> asyncio.Future:

@@ -23,7 +23,7 @@ from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
-from hpbroker.cluster.worker_link import WorkerLink
+from hpbroker.cluster.worker_link import Session, WorkerLink
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
@@ -32,6 +32,7 @@ from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.peer_states import PeerStates
 from hpbroker.workers.peers import PeerClient, PeerServer, RemoteServices
 from hpbroker.workers.producer_ids import ClusterProducerIds
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
@@ -84,7 +85,9 @@ class Worker:
         ).open(clean_shutdown=self.clean_shutdown)
         self.logs.start_cleaner()  # compaction of compact topics, off the event loop
         if self.link is not None:
-            self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link)
+            self.peer_states = PeerStates(cfg.broker_id, on_change=self._on_peer_states)
+            self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link,
+                                           current_image=self._current_image)
         self.service = PartitionService(self.logs, self.topics, replicas=self.replicas)
         self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers,
                                        leads=self.replicas.leads if self.replicas else None,
@@ -119,11 +122,28 @@ class Worker:
         if topic == OFFSETS_TOPIC:
             self.groups.leadership_changed(partition, leading)
 
-    def _on_image(self, image) -> None:
+    def _current_image(self):
+        """ZooKeeper's image, with what peers know of leaderships moved while it is out of reach."""
+        return self.peer_states.merged(self.link.image())
+
+    def _on_image(self, _image=None) -> None:
         """A new cluster image (on the event loop): topics, answers, then roles."""
+        image = self._current_image()
         self.topics.apply(image)
         self.ctx.cluster.image = image
         self.replicas.apply(image)
+
+    def _on_peer_states(self) -> None:
+        self._on_image()
+
+    def _on_session(self, session: Session) -> None:
+        """Cut off from ZooKeeper, ask the peers what moved; back, ZooKeeper is the truth again."""
+        if session is Session.CONNECTED:
+            self.peer_states.stop()
+        else:
+            self.peer_states.start(self.link.image)
+        self.replicas.set_session(session)
+        self._on_image()
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -142,9 +162,9 @@ class Worker:
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.services, self.peers,
                                  cluster=cluster, producer_ids=producer_ids)
         if self.link is not None:
-            self._on_image(self.link.image())
+            self._on_image()
             self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
-                                 lambda healthy: loop.call_soon_threadsafe(self.replicas.set_health, healthy))
+                                 lambda session: loop.call_soon_threadsafe(self._on_session, session))
         self.control.setblocking(False)
         loop.add_reader(self.control.fileno(), self._on_control)
         self._send(Kind.READY)
@@ -160,6 +180,7 @@ class Worker:
         heartbeat.cancel()
         gauges.cancel()
         if self.replicas is not None:
+            self.peer_states.stop()
             await self.replicas.close()
             self.link.close()
         self.peer_server.close()

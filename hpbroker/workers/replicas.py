@@ -12,25 +12,35 @@ single writer):
   truncating first by leader epoch;
 * neither (no leader elected): nothing is served.
 
-A leader stops acting as one, so it neither takes writes nor moves its high
-watermark, while its ZooKeeper session is in doubt: the session is suspended
-or lost, or the process was paused (SIGSTOP, a long stall) for long enough
-that the session may have expired meanwhile.  It resumes once the session is
-healthy and the states have been read again, if the image still names it.
+A leadership ends when ZooKeeper says the session expired, not when the
+connection to it is lost: through a ZooKeeper outage the leaders keep serving
+with the ISR they have (nobody can change it meanwhile: the controller cannot
+write either), as Kafka's brokers do; ISR changes wait for the connection.
+A leader is in doubt, and neither takes writes nor moves its high watermark,
+while its session is known to have expired and no new one has read the
+states yet, or after this worker was paused (SIGSTOP, a long stall) for long
+enough that the session may have expired meanwhile; requests wait out the
+doubt (``settled``), which a ZooKeeper round trip ends.  Time it could not
+measure (the doubt, a stalled loop) counts for no follower's lag.
+
+Followers are told apart by incarnation: a fetch carries the follower's
+broker epoch, and the ISR rules (``replication/isr.py``) count only what the
+incarnation ZooKeeper registers now has fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
+from hpbroker.cluster.worker_link import Session
 from hpbroker.replication.fetcher import FetcherSettings, ReplicaFetcher
 from hpbroker.replication.isr import LeaderState
 from hpbroker.server.ownership import partition_owner
@@ -39,6 +49,9 @@ from hpbroker.storage import checkpoints
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
+TICK_S = 0.1  # how often the worker ticks
+STALL_S = 1.0  # a tick this late means the loop stalled: the time in between went unmeasured
+SETTLE_MAX_S = 10.0  # how long a request waits out a leadership in doubt
 
 
 @dataclass(frozen=True)
@@ -58,13 +71,15 @@ class Leadership:
 
 class ReplicaManager:
     def __init__(self, settings: ReplicaSettings, index: int, workers: int, logs, link, *,
-                 wake=lambda topic, partition: None, on_leadership=lambda topic, partition, leading: None):
+                 wake=lambda topic, partition: None, on_leadership=lambda topic, partition, leading: None,
+                 current_image=None):
         self.settings = settings
         self.broker_id = settings.broker_id
         self.index = index
         self.workers = workers
         self.logs = logs
         self.link = link  # WorkerLink: propose_isr
+        self.current_image = current_image or link.image  # the image roles are taken from
         self.wake = wake  # long polls and acks waiters of a partition look again
         self.on_leadership = on_leadership
         self.image = ClusterImage()
@@ -72,9 +87,12 @@ class ReplicaManager:
         self.following: dict[tuple[str, int], tuple[int, int]] = {}  # -> (leader id, leader epoch)
         self.fetchers: dict[tuple[int, str, int], ReplicaFetcher] = {}
         self._acks: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
-        self.healthy = True  # the session, as the link last said
+        self.session = Session.CONNECTED  # as the link last said
         self.suspect = False  # a pause was seen: wait for the session to be confirmed
         self._last_tick = time.monotonic()
+        self._doubt_since: float | None = None  # when the leaderships went into doubt
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._known_topics: set[str] = set()
 
     # --- questions from the partition service ---------------------------------------------
@@ -84,8 +102,8 @@ class ReplicaManager:
 
     def fenced(self, topic: str, partition: int) -> bool:
         """The image makes this broker the partition's leader, but it may not act
-        as one for now: its session is in doubt (suspended or lost, or a pause was
-        noticed and the states are being read again).  A wait, not a move."""
+        as one for now: its session expired and is being replaced, or a pause
+        was noticed and the states are being read again.  A wait, not a move."""
         return (topic, partition) in self.leaders and not self._trusted()
 
     def leader_epoch(self, topic: str, partition: int) -> int:
@@ -99,8 +117,20 @@ class ReplicaManager:
         found = self.leaders.get((topic, partition))
         return len(found.state.isr) if found is not None else 0
 
+    async def settled(self, timeout_s: float | None = None) -> None:
+        """Return once the leaderships are not in doubt (or after ``timeout_s``,
+        by default the session timeout capped at ``SETTLE_MAX_S``)."""
+        if self._trusted():
+            return
+        if timeout_s is None:
+            timeout_s = min(SETTLE_MAX_S, self.settings.session_timeout_ms / 1000)
+        try:
+            await asyncio.wait_for(self._settled.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass  # still in doubt: the caller answers as a broker that does not lead
+
     def _trusted(self) -> bool:
-        return self.healthy and not self.suspect and not self._noticed_pause()
+        return self.session is not Session.EXPIRED and not self.suspect and not self._noticed_pause()
 
     def _noticed_pause(self) -> bool:
         """True, and leaderships fenced until the session is confirmed, when the
@@ -111,15 +141,44 @@ class ReplicaManager:
             return True
         return False
 
+    def _doubt_begins(self, since: float) -> None:
+        if self._doubt_since is None:
+            self._doubt_since = since
+            self._settled.clear()
+
+    def _doubt_may_end(self) -> None:
+        """Leaving doubt: the time it lasted counts for no follower's lag."""
+        if self._doubt_since is None or not self._trusted():
+            return
+        self._skip_unmeasured(time.monotonic() - self._doubt_since)
+        self._doubt_since = None
+        self._settled.set()
+
+    def _skip_unmeasured(self, seconds: float) -> None:
+        now = now_ms()
+        for found in self.leaders.values():
+            found.state.skip_time(int(seconds * 1000), now)
+
+    def _registered(self) -> dict[int, int]:
+        """Broker id -> broker epoch of every registered broker, as the image has them."""
+        return {broker_id: registration.epoch for broker_id, registration in self.image.brokers.items()}
+
+    def broker_epoch(self) -> int:
+        """This broker's own epoch (its registration's zxid); -1 while not registered."""
+        registration = self.image.brokers.get(self.broker_id)
+        return registration.epoch if registration is not None else -1
+
     # --- the leader's side ----------------------------------------------------------------------
-    def follower_fetched(self, topic: str, partition: int, replica: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: it holds everything below it."""
+    def follower_fetched(self, topic: str, partition: int, replica: int, fetch_offset: int,
+                         broker_epoch: int = -1) -> None:
+        """A follower (the incarnation ``broker_epoch``) fetched from ``fetch_offset``:
+        it holds everything below it."""
         found = self.leaders.get((topic, partition))
         partition_log = self.logs.get_log(topic, partition)
         if found is None or partition_log is None:
             return
-        found.state.follower_fetched(replica, fetch_offset, partition_log.written_offset, now_ms())
-        self._maybe_expand(topic, partition, found, partition_log)
+        found.state.follower_fetched(replica, fetch_offset, partition_log.written_offset, now_ms(), broker_epoch)
+        self._maybe_expand(topic, partition, found)
         self.advance(topic, partition)
 
     def advance(self, topic: str, partition: int) -> None:
@@ -181,8 +240,17 @@ class ReplicaManager:
                 keep.append((end_offset, future))
         self._acks[(topic, partition)] = keep
 
-    def _maybe_expand(self, topic, partition, found: Leadership, partition_log) -> None:
-        wanted = found.state.isr_change(partition_log.written_offset, now_ms())
+    def wanted_isr(self, topic: str, partition: int) -> list[int] | None:
+        """The ISR this broker, as the partition's leader, would propose now; None
+        when the current one is right (or it does not lead the partition)."""
+        found = self.leaders.get((topic, partition))
+        partition_log = self.logs.get_log(topic, partition)
+        if found is None or partition_log is None:
+            return None
+        return found.state.isr_change(partition_log.written_offset, now_ms(), self._registered(), found.znode.zxid)
+
+    def _maybe_expand(self, topic, partition, found: Leadership) -> None:
+        wanted = self.wanted_isr(topic, partition)
         if wanted is not None and len(wanted) > len(found.state.isr):
             self._propose(topic, partition, found, wanted)
 
@@ -191,8 +259,9 @@ class ReplicaManager:
         # cannot join (as Kafka's KIP-841): the controller would take it out
         # again, and the two writers would fight
         isr = [r for r in isr if r == self.broker_id or (r in self.image.brokers and r not in self.image.shutting_down)]
-        if found.proposing or sorted(isr) == sorted(found.state.isr) or not self._trusted():
-            return
+        if (found.proposing or sorted(isr) == sorted(found.state.isr) or not self._trusted()
+                or self.session is not Session.CONNECTED):
+            return  # (without a connection the write cannot be made: the ISR stays as it is meanwhile)
         found.proposing = True
         base = found.znode
         proposed = znodes.PartitionState(self.broker_id, found.state.leader_epoch, isr, base.controller_epoch,
@@ -202,30 +271,31 @@ class ReplicaManager:
     async def _write_isr(self, topic: str, partition: int, found: Leadership, proposed: znodes.PartitionState) -> None:
         before = list(found.state.isr)  # for the log line: an image may apply the change while we wait
         try:
-            version = await self.link.propose_isr(topic, partition, proposed)
+            written = await self.link.propose_isr(topic, partition, proposed)
         except Exception as exc:  # noqa: BLE001 - ZooKeeper trouble: the next tick proposes again
             log.warning("%s-%d: could not write the ISR %s: %r", topic, partition, proposed.isr, exc)
-            version = None
+            written = None
         finally:
             found.proposing = False
-        if version is None or self.leaders.get((topic, partition)) is not found:
+        if written is None or self.leaders.get((topic, partition)) is not found:
             return  # the state changed under us: the image brings the truth
         log.info("%s-%d: ISR %s -> %s", topic, partition, before, proposed.isr)
-        found.znode = dataclasses.replace(proposed, zk_version=version)
-        found.state.isr_applied(proposed.isr)
+        found.znode = written
+        found.state.isr_applied(written.isr)
         self.advance(topic, partition)
 
     def tick(self) -> None:
         """Every ~100 ms: notice a pause, shrink the ISR of followers that fell behind."""
-        self._noticed_pause()
-        self._last_tick = time.monotonic()
+        now = time.monotonic()
+        late = now - self._last_tick
+        paused = self._noticed_pause()  # the doubt it starts covers the time lost
+        self._last_tick = now
+        if not paused and late > STALL_S:
+            self._skip_unmeasured(late - TICK_S)  # a stalled loop saw no fetch meanwhile
         if not self._trusted():
             return
         for (topic, partition), found in list(self.leaders.items()):
-            partition_log = self.logs.get_log(topic, partition)
-            if partition_log is None:
-                continue
-            wanted = found.state.isr_change(partition_log.written_offset, now_ms())
+            wanted = self.wanted_isr(topic, partition)
             if wanted is not None:
                 self._propose(topic, partition, found, wanted)
             else:
@@ -235,8 +305,9 @@ class ReplicaManager:
         if self.suspect:
             return
         self.suspect = True
+        self._doubt_begins(self._last_tick)
         log.warning("this worker was paused for longer than half the ZooKeeper session timeout: leaderships "
-                    "fenced until the session is confirmed")
+                    "in doubt until the session is confirmed")
         asyncio.get_running_loop().create_task(self._confirm_session())
 
     async def _confirm_session(self) -> None:
@@ -250,14 +321,20 @@ class ReplicaManager:
                 await asyncio.sleep(0.5)
         self._last_tick = time.monotonic()
         self.suspect = False
-        self.apply(self.link.image())
+        self.apply(self.current_image())
+        self._doubt_may_end()
+
+    # --- the session, as the link reports it -------------------------------------------------------
+    def set_session(self, session: Session) -> None:
+        """The link's news; the caller applies the image read with it next (before
+        any request waiting out a doubt runs again)."""
+        self.session = session
+        if session is Session.EXPIRED:
+            self._doubt_begins(time.monotonic())
+        elif session is Session.CONNECTED:
+            self._doubt_may_end()
 
     # --- roles from the image -------------------------------------------------------------------------
-    def set_health(self, healthy: bool) -> None:
-        self.healthy = healthy
-        if healthy:
-            self.apply(self.link.image())
-
     def apply(self, image: ClusterImage) -> None:
         """Take every role the image gives this worker; drop the others."""
         self.image = image
@@ -344,9 +421,11 @@ class ReplicaManager:
         fetcher = self.fetchers.get(fetcher_key)
         if fetcher is None:
             fetcher = self.fetchers[fetcher_key] = ReplicaFetcher(self.settings.fetcher, state.leader, leader.host,
-                                                                  leader.port)
+                                                                  leader.port, broker_epoch=self.broker_epoch)
         self.following[key] = (state.leader, state.leader_epoch)
-        fetcher.follow(topic, partition, state.leader_epoch, self.logs.get_log(topic, partition))
+        topic_id = image.topics[topic].topic_id
+        fetcher.follow(topic, partition, state.leader_epoch, self.logs.get_log(topic, partition),
+                       checkpoints.parse_kafka_uuid(topic_id) if topic_id else uuid.UUID(int=0))
 
     def _unfollow(self, topic: str, partition: int) -> None:
         if self.following.pop((topic, partition), None) is None:

@@ -59,4 +59,4 @@ def test_a_consumer_whose_offset_fetch_meets_a_fenced_coordinator_still_reads(cl
         consumer.close()
     assert paused
     log = cluster.brokers[paused[0]].log_path.read_text()
-    assert "leaderships fenced until the session is confirmed" in log  # the pause was noticed
+    assert "leaderships in doubt until the session is confirmed" in log  # the pause was noticed
