@@ -22,7 +22,24 @@ def test_file_then_overrides(tmp_path):
     config = BrokerConfig.from_sources(file=str(path), overrides=parse_overrides(["num.partitions=5"]))
     assert config.log_dirs == ["/var/lib/a", "/var/lib/b"]
     assert config["num.partitions"] == 5 and config.log.segment_bytes == 1 << 20
-    assert config.listener.port == 9093 and config.advertised.host == "127.0.0.1"
+    assert config.listener.port == 9093 and config.listener.host == "0.0.0.0"
+
+
+def test_a_wildcard_listener_needs_an_advertised_address():
+    """As in Kafka: nobody can connect to 0.0.0.0, so it is never what Metadata names."""
+    for listeners in ("PLAINTEXT://0.0.0.0:9092", "PLAINTEXT://[::]:9092"):
+        config = BrokerConfig.from_sources(overrides={"listeners": listeners})
+        with pytest.raises(ConfigError, match="listeners .* cannot be advertised .* set advertised.listeners"):
+            config.validate()
+        advertised = BrokerConfig.from_sources(overrides={"listeners": listeners,
+                                                          "advertised.listeners": "PLAINTEXT://10.0.0.7:9092"})
+        advertised.validate()
+        assert (advertised.advertised.host, advertised.advertised.port) == ("10.0.0.7", 9092)
+    with pytest.raises(ConfigError, match="advertised.listeners 0.0.0.0:9092 cannot be advertised"):
+        BrokerConfig.from_sources(overrides={"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}).validate()
+    everywhere = BrokerConfig.from_sources(overrides={"listeners": "PLAINTEXT://:9092"})
+    everywhere.validate()  # no host: every interface, advertised under this machine's name
+    assert everywhere.listener.host == "" and everywhere.advertised.host not in ("", "0.0.0.0")
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -8,6 +8,7 @@ naming the key, never a silently ignored setting.  Log settings
 """
 
 import os
+import socket
 from dataclasses import dataclass, field
 
 from hpbroker.storage.config import ConfigError, LogConfig, is_broker_log_key
@@ -127,8 +128,12 @@ class Listener:
     port: int
 
 
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+
+
 def parse_listener(text: str) -> Listener:
-    """``PLAINTEXT://host:port`` (the first of a comma-separated list), or ``host:port``."""
+    """``PLAINTEXT://host:port`` (the first of a comma-separated list), or ``host:port``;
+    an empty host (``PLAINTEXT://:9092``) binds every interface, as in Kafka."""
     first = text.split(",")[0].strip()
     name, sep, rest = first.partition("://")
     if not sep:
@@ -138,7 +143,7 @@ def parse_listener(text: str) -> Listener:
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"listener {first!r}: expected HOST:PORT")
-    return Listener(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
+    return Listener(name.upper(), host.strip("[]"), int(port))
 
 
 @dataclass(frozen=True)
@@ -184,11 +189,19 @@ class BrokerConfig:
 
     @property
     def advertised(self) -> Listener:
-        """What Metadata tells clients to connect to (the listener unless set)."""
+        """What Metadata (and the broker's registration) tells clients and other
+        brokers to connect to: ``advertised.listeners``, else the listener.  As
+        in Kafka, a listener with no host advertises this machine's name, and a
+        wildcard address cannot be advertised: nobody can connect to it."""
         text = self.values["advertised.listeners"]
         listener = parse_listener(text) if text else self.listener
-        if listener.host in ("0.0.0.0", "::", ""):
-            listener = Listener(listener.name, "127.0.0.1", listener.port)
+        if listener.host in WILDCARD_HOSTS:
+            key = "advertised.listeners" if text else "listeners"
+            raise ConfigError(f"{key} {listener.host}:{listener.port} cannot be advertised (no client can connect "
+                              f"to a wildcard address): set advertised.listeners to this broker's reachable "
+                              f"address, e.g. PLAINTEXT://{socket.getfqdn()}:{listener.port}")
+        if not listener.host:
+            listener = Listener(listener.name, socket.getfqdn(), listener.port)
         return listener
 
     @property
@@ -206,6 +219,6 @@ class BrokerConfig:
         connect = self.values["zookeeper.connect"]
         if connect and not connect.strip().partition("/")[0]:
             raise ConfigError(f"zookeeper.connect {connect!r} names no server: expected host:port[,host:port...][/chroot]")
-        self.listener  # parses, or raises ConfigError
+        self.advertised  # parses the listeners and refuses a wildcard that would be advertised
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])
