@@ -23,5 +23,6 @@ fi
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+    "$VENV/bin/python" -m hpbroker.kernels.compile >/dev/null  # the kernels, compiled into the package
     touch "$STAMP"
 fi

@@ -150,6 +150,7 @@ class Supervisor:
         raise_nofile_limit()
         self.root = LogDirRoots(cfg.log_dirs, broker_id=cfg.broker_id)
         try:
+            _warm_up_kernels()  # before the ZooKeeper session opens: a cold compile takes seconds
             if cfg["zookeeper.connect"]:
                 self._join_cluster()
             self.clean = self.root.open()
@@ -182,7 +183,7 @@ class Supervisor:
             except OSError as exc:
                 raise BrokerStartError(f"cannot serve metrics on {where.host}:{where.port}: {exc.strerror}") from None
             log.info("metrics at http://%s:%d/metrics", where.host, self.metrics_endpoint.address[1])
-        _warm_up_kernels()
+        import hpbroker.workers.process  # noqa: F401  (and the handlers, protocol, kio: loaded once, before forking)
         # Everything loaded so far (numba, kio, ...) lives as long as the process:
         # keep the collector from walking it (a full pass took ~20-40 ms, a
         # latency spike), and keep its pages shared with the forked workers.
@@ -690,16 +691,25 @@ def _kill(pid: int, sig: int) -> None:
 
 
 def _warm_up_kernels() -> None:
-    """Load the numba kernels once, before forking, so workers share them."""
+    """Have every numba kernel's machine code before anything time-sensitive
+    (joining ZooKeeper, forking the workers, who share it): each kernel compiles
+    or loads all its declared signatures on import and can compile nothing
+    after, so ``load`` raises here, at start, if one is missing.  Then one call
+    of each wrapper over a read-only and a writable buffer (an mmap'd segment,
+    a produce request) proves they land on those signatures."""
     import numpy as np
 
-    from hpbroker.kernels import decode_records, plan_index_entries, scan_batches
+    from hpbroker.kernels import crc32, crc32c, decode_records, plan_index_entries, scan_batches
+    from hpbroker.kernels.compile import load
     from hpbroker.records import Record, encode_batch
 
-    view = np.frombuffer(encode_batch([Record(0, 0, None, b"")]), np.uint8)
-    scan = scan_batches(view)
-    plan_index_entries(scan.position, scan.size, scan.last_offset, scan.max_timestamp, 4096)
-    decode_records(view, scan.position + 61, scan.position + scan.size, scan.base_offset, scan.base_timestamp,
-                   scan.record_count)
-    import hpbroker.workers.process  # noqa: F401  (and the handlers, protocol, kio)
+    load()
+    data = encode_batch([Record(0, 0, None, b"")])
+    for view in (np.frombuffer(data, np.uint8), np.frombuffer(bytearray(data), np.uint8)):
+        scan = scan_batches(view)
+        plan_index_entries(scan.position, scan.size, scan.last_offset, scan.max_timestamp, 4096)
+        decode_records(view, scan.position + 61, scan.position + scan.size, scan.base_offset, scan.base_timestamp,
+                       scan.record_count)
+        crc32c(view)
+        crc32(view)
 

@@ -23,15 +23,19 @@ what a dump tool wants; structural failures always stop it.  Without
 Magic 2 entries are record batches; magic 0/1 entries are legacy messages
 (base and last offset are the message's offset, ``record_count`` is 1 and
 ``max_timestamp`` the v1 timestamp or -1; producer fields are -1).
+
+The kernels are compiled for one signature each (see ``jit``); the wrapper
+hands them a contiguous uint8 view, int64 bounds and bool flags.
 """
 
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from hpbroker.kernels import layout
 from hpbroker.kernels.crc import crc32_ieee, crc32c_update
+from hpbroker.kernels.jit import BYTES, kernel
 
 STOP_END = 0
 STOP_LIMIT = 1
@@ -106,7 +110,7 @@ def _frame(buf, pos, end, view_end):
     return size, magic, -1
 
 
-@njit(cache=True, nogil=True)
+@kernel((BYTES, types.int64, types.int64, types.int64))
 def _count(buf, start, end, max_batches):
     """Entries whose framing is whole, hopping from length to length: sizes the
     output exactly, since growing it would cost more than this pass."""
@@ -122,7 +126,7 @@ def _count(buf, start, end, max_batches):
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel((BYTES, types.int64, types.int64, types.boolean, types.int64, types.boolean))
 def _scan(buf, start, end, verify_crc, max_batches, stop_at_invalid):
     view_end = buf.shape[0]
     rows = np.empty((_N_COLUMNS, _count(buf, start, end, max_batches)), np.int64)
@@ -200,5 +204,5 @@ def scan_batches(
     if not 0 <= start <= max(end, 0):
         raise ValueError(f"start {start} outside [0, {end}]")
     limit = np.iinfo(np.int64).max if max_batches is None else int(max_batches)
-    rows, stop, valid_end = _scan(view, start, end, verify_crc, limit, stop_at_invalid)
+    rows, stop, valid_end = _scan(view, start, end, bool(verify_crc), limit, bool(stop_at_invalid))
     return BatchScan(*rows, stop=int(stop), valid_end=int(valid_end))

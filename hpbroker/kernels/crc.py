@@ -16,6 +16,11 @@ CRC-32C has two kernels, chosen once at import:
 * portable: slicing-by-8 tables, for CPUs without SSE4.2.
 
 CRC-32 (IEEE) only checks legacy messages, so it has the table kernel alone.
+
+Every kernel takes ``CRC_SIGNATURE`` alone (see ``jit``): a read-only byte
+buffer (a writable one passes as is) and int64 positions and CRC.  On a CPU
+without SSE4.2 the hardware kernel is not compiled at all and
+``crc32c_hardware`` is None.
 """
 
 import numpy as np
@@ -25,6 +30,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from hpbroker.kernels.jit import BYTES, kernel
+
 CASTAGNOLI = 0x82F63B78  # reflected polynomial of CRC-32C
 IEEE = 0xEDB88320  # reflected polynomial of CRC-32 (zlib)
 
@@ -33,6 +40,9 @@ IEEE = 0xEDB88320  # reflected polynomial of CRC-32 (zlib)
 LONG_LANE = 4096
 SHORT_LANE = 256
 TINY_LANE = 64
+
+# (buf, start, end, crc): the one signature of every CRC kernel.
+CRC_SIGNATURE = (BYTES, types.int64, types.int64, types.int64)
 
 
 # --- table construction (plain Python, once at import) -----------------------
@@ -111,12 +121,12 @@ def _sliced(tables, buf, start, end, crc):
     return c ^ 0xFFFFFFFF
 
 
-@njit(cache=True, nogil=True)
+@kernel(CRC_SIGNATURE)
 def crc32c_portable(buf, start, end, crc):
     return _sliced(CASTAGNOLI_TABLES, buf, start, end, crc)
 
 
-@njit(cache=True, nogil=True)
+@kernel(CRC_SIGNATURE)
 def crc32_ieee(buf, start, end, crc):
     return _sliced(IEEE_TABLES, buf, start, end, crc)
 
@@ -125,6 +135,9 @@ def crc32_ieee(buf, start, end, crc):
 
 def cpu_has_sse42() -> bool:
     return bool(_llvm_binding.get_host_cpu_features().get("sse4.2", False))
+
+
+HARDWARE = cpu_has_sse42()
 
 
 @intrinsic
@@ -176,7 +189,6 @@ def _three_lanes(buf, pos, lane, shift, c):
     return _advance(shift, c) ^ c2
 
 
-@njit(cache=True, nogil=True)
 def crc32c_hardware(buf, start, end, crc):
     c = np.int64(crc) ^ 0xFFFFFFFF
     pos = start
@@ -198,7 +210,8 @@ def crc32c_hardware(buf, start, end, crc):
     return c ^ 0xFFFFFFFF
 
 
-HARDWARE = cpu_has_sse42()
+# Compiled only where the instruction exists.
+crc32c_hardware = kernel(CRC_SIGNATURE)(crc32c_hardware) if HARDWARE else None
 # The one the other kernels call; numba binds this global when they compile.
 crc32c_update = crc32c_hardware if HARDWARE else crc32c_portable
 
@@ -214,10 +227,10 @@ def _as_uint8(data) -> np.ndarray:
 def crc32c(data, value: int = 0) -> int:
     """CRC-32C of ``data`` (bytes-like or uint8 array), continuing from ``value``."""
     buf = _as_uint8(data)
-    return int(crc32c_update(buf, 0, buf.shape[0], value))
+    return int(crc32c_update(buf, 0, buf.shape[0], int(value)))
 
 
 def crc32(data, value: int = 0) -> int:
     """CRC-32 (IEEE, as zlib) of ``data``, continuing from ``value``."""
     buf = _as_uint8(data)
-    return int(crc32_ieee(buf, 0, buf.shape[0], value))
+    return int(crc32_ieee(buf, 0, buf.shape[0], int(value)))

@@ -10,12 +10,15 @@ indexed because nothing precedes it.
 
 Input: the parallel arrays of a batch scan.  Output: the entries as arrays plus
 the running state, so appends can carry on from where a rebuild stopped.
+The kernel takes contiguous int64 arrays and int64 scalars alone (see ``jit``).
 """
 
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import types
+
+from hpbroker.kernels.jit import INT64S, int64s, kernel
 
 
 class IndexPlan(NamedTuple):
@@ -28,7 +31,7 @@ class IndexPlan(NamedTuple):
     offset_of_max_timestamp: int
 
 
-@njit(cache=True, nogil=True)
+@kernel((*(INT64S,) * 4, *(types.int64,) * 5))
 def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_offset, last_time_entry):
     n = positions.shape[0]
     off_keys = np.empty(n, np.int64)
@@ -67,7 +70,7 @@ def plan_index_entries(
     offset_of_max_timestamp: int = -1,
     last_time_entry: int = -1,
 ) -> IndexPlan:
-    arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (positions, sizes, last_offsets, max_timestamps)]
+    arrays = [int64s(a) for a in (positions, sizes, last_offsets, max_timestamps)]
     if len({len(a) for a in arrays}) != 1:
         raise ValueError("positions, sizes, last_offsets and max_timestamps must have one length")
     return IndexPlan(

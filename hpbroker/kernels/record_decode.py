@@ -19,16 +19,24 @@ Decoding stops at the first malformed batch (a varint past the record's end,
 a field past the record's end, fewer or more records than declared):
 ``error_batch`` names it (-1 when all were fine) and only the batches before it
 are in the columns, so a reader can report it and still use the good prefix.
+
+The kernels are compiled for one signature each (see ``jit``): the wrapper
+hands them the uint8 buffer, contiguous int64 per-batch arrays and the int64
+columns it allocates.
 """
 
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+
+from hpbroker.kernels.jit import BYTES, INT64S, INT64S_OUT, int64s, kernel
 
 RECORD_COLUMNS = ("offset", "timestamp", "attributes", "key_start", "key_length", "value_start", "value_length",
                   "header_first", "header_count")
 HEADER_COLUMNS = ("header_key_start", "header_key_length", "header_value_start", "header_value_length")
+_RECORD_COLUMNS_TYPE = types.UniTuple(INT64S_OUT, len(RECORD_COLUMNS))
+_HEADER_COLUMNS_TYPE = types.UniTuple(INT64S_OUT, len(HEADER_COLUMNS))
 
 
 class DecodedRecords(NamedTuple):
@@ -81,7 +89,7 @@ _MALFORMED = -1
 _NO_HEADER_ROOM = -2
 
 
-@njit(cache=True, nogil=True)
+@kernel((BYTES, *(types.int64,) * 8, _RECORD_COLUMNS_TYPE, _HEADER_COLUMNS_TYPE))
 def _decode_batch(buf, pos, end, count, base_offset, base_timestamp, log_append_time, n, nh, rec, hdr):
     """Records of one batch from row ``n`` / header row ``nh``; returns the rows
     after it, or (_MALFORMED | _NO_HEADER_ROOM, _).  Early returns, not flags:
@@ -144,7 +152,7 @@ def _decode_batch(buf, pos, end, count, base_offset, base_timestamp, log_append_
     return n, nh
 
 
-@njit(cache=True, nogil=True)
+@kernel((BYTES, *(INT64S,) * 6, _RECORD_COLUMNS_TYPE, _HEADER_COLUMNS_TYPE, INT64S_OUT))
 def _decode(buf, starts, ends, base_offsets, base_timestamps, counts, log_append_times, rec, hdr, batch_first):
     """Fill the preallocated columns; returns (records, headers, error batch),
     headers = -1 when ``hdr`` ran out of room and the call must be repeated."""
@@ -182,9 +190,9 @@ def decode_records(
     """Decode the records of each batch ``i`` in ``buf[starts[i]:ends[i]]``."""
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise TypeError("buf must be a C-contiguous one-dimensional uint8 array")
-    per_batch = [np.ascontiguousarray(a, dtype=np.int64) for a in (starts, ends, base_offsets, base_timestamps, counts)]
+    per_batch = [int64s(a) for a in (starts, ends, base_offsets, base_timestamps, counts)]
     n_batches = len(per_batch[0])
-    lat = np.full(n_batches, -1, np.int64) if log_append_times is None else np.ascontiguousarray(log_append_times, np.int64)
+    lat = np.full(n_batches, -1, np.int64) if log_append_times is None else int64s(log_append_times)
     if len({len(c) for c in per_batch} | {len(lat)}) != 1:
         raise ValueError("the per-batch arrays must have one length")
     total = int(np.clip(per_batch[4], 0, None).sum())

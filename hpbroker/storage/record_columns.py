@@ -15,7 +15,7 @@ from hpbroker.kernels import DecodedRecords
 from hpbroker.records.batch_columns import decode_scanned
 from hpbroker.records.errors import CorruptRecordError
 from hpbroker.storage.errors import CorruptBatchError
-from hpbroker.storage.offset_map import hash_keys
+from hpbroker.kernels.key_table import hash_keys
 
 
 @dataclass
