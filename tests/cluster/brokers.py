@@ -101,7 +101,7 @@ class Cluster:
 
     def state(self, topic: str, partition: int) -> znodes.PartitionState:
         data, stat = self.zk.get(znodes.partition_state_path(topic, partition))
-        return znodes.PartitionState.decode(topic, partition, data, stat.version)
+        return znodes.PartitionState.decode(topic, partition, data, stat.version, stat.mzxid)
 
     def leader_of(self, topic: str, partition: int) -> int:
         return wait_for(lambda: (leader := self.state(topic, partition).leader) >= 0 and leader, WAIT_S,

@@ -1,5 +1,6 @@
 """A real ZooKeeper server for the tests: Debian's ``zookeeper`` package, run
-standalone on a loopback port with its own data dir."""
+standalone on a loopback port with its own data dir (or, given ``host`` and
+``netns``, on a tests.cluster.netlab host's address inside its namespace)."""
 
 import os
 import pathlib
@@ -8,15 +9,15 @@ import socket
 import subprocess
 import time
 
-from tests.integration.broker import free_port, wait_for
+from tests.integration.broker import free_port, in_netns, wait_for
 
 ZOOKEEPER_JAR = pathlib.Path("/usr/share/java/zookeeper.jar")
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 START_TIMEOUT_S = 30.0
 
 
-def four_letter(port: int, word: bytes, timeout: float = 1.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout) as s:
+def four_letter(port: int, word: bytes, timeout: float = 1.0, host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout) as s:
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -25,15 +26,21 @@ def four_letter(port: int, word: bytes, timeout: float = 1.0) -> bytes:
 
 
 class ZooKeeperServer:
-    def __init__(self, directory: pathlib.Path, port: int | None = None, tick_ms: int = 200):
+    def __init__(self, directory: pathlib.Path, port: int | None = None, tick_ms: int = 200,
+                 host: str | None = None, netns: str | None = None):
+        """``host``: the address to serve on (127.0.0.1 unless given); ``netns``: a
+        network namespace to run in (through ``ip netns exec``), where the
+        readiness check then runs too."""
         self.directory = pathlib.Path(directory)
         self.port = port or free_port()
+        self.host = host or "127.0.0.1"
+        self.netns = netns
         self.tick_ms = tick_ms
         self.process: subprocess.Popen | None = None
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def _write_config(self) -> pathlib.Path:
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
@@ -43,7 +50,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_ms}",
             f"dataDir={self.directory / 'data'}",
             f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok,srvr,stat,cons",
             "minSessionTimeout=1000",
@@ -56,7 +63,9 @@ class ZooKeeperServer:
         if self.process.poll() is not None:
             raise AssertionError(f"ZooKeeper exited with {self.process.returncode}:\n{self.log_tail()}")
         try:
-            return four_letter(self.port, b"ruok") == b"imok" and b"Mode:" in four_letter(self.port, b"srvr")
+            with in_netns(self.netns):
+                return (four_letter(self.port, b"ruok", host=self.host) == b"imok"
+                        and b"Mode:" in four_letter(self.port, b"srvr", host=self.host))
         except OSError:
             return False
 
@@ -64,10 +73,12 @@ class ZooKeeperServer:
         assert ZOOKEEPER_JAR.exists(), "Debian's zookeeper package is not installed (scripts/test.sh installs it)"
         config = self._write_config()
         self.log_path = self.directory / "zookeeper.log"
+        command = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{self.directory}:{ZOOKEEPER_JAR}", MAIN,
+                   str(config)]
+        if self.netns is not None:  # ip execs java: the pid (and process group) stay java's
+            command = ["ip", "netns", "exec", self.netns, *command]
         with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(
-                ["java", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{self.directory}:{ZOOKEEPER_JAR}", MAIN, str(config)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(self._serving, START_TIMEOUT_S, "ZooKeeper to serve")
         return self
 
@@ -80,6 +91,13 @@ class ZooKeeperServer:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: no clean shutdown, the data dir as it was)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
 
     def restart(self) -> "ZooKeeperServer":
         self.stop()

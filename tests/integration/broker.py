@@ -7,6 +7,7 @@ until it names our port, and then wait until every worker has logged that it
 is up (the kill tests need to know which pid serves which index).
 """
 
+import contextlib
 import os
 import re
 import resource
@@ -132,7 +133,12 @@ class Broker:
     """One hpbroker process tree: the acceptor and its workers."""
 
     def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
-                 num_workers: int | None = None, nofile: int | None = None):
+                 num_workers: int | None = None, nofile: int | None = None, host: str | None = None,
+                 netns: str | None = None):
+        """``host`` is the address to listen on and advertise (127.0.0.1 unless
+        given); ``netns`` a network namespace (a name under /var/run/netns, such as
+        a tests.cluster.netlab host's) to run the broker in, through
+        ``ip netns exec``: its readiness check then runs in that namespace too."""
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
         self.overrides = dict(overrides or {})
@@ -140,7 +146,8 @@ class Broker:
             self.overrides["num.workers"] = str(num_workers)
         self.num_workers = int(self.overrides.get("num.workers", len(os.sched_getaffinity(0))))
         self.port = port or free_port()
-        self.host = "127.0.0.1"
+        self.host = host or "127.0.0.1"
+        self.netns = netns
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self.nofile = nofile  # soft and hard RLIMIT_NOFILE of the broker, if set
@@ -158,6 +165,8 @@ class Broker:
                "--listen", self.bootstrap]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={value}"]
+        if self.netns is not None:  # ip execs the broker: the pid stays the acceptor's
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]
         return cmd
 
     # --- life cycle ----------------------------------------------------------------
@@ -184,7 +193,8 @@ class Broker:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise BrokerError(f"broker exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
-        return metadata_ping(self.host, self.port, timeout=1.0)
+        with in_netns(self.netns):
+            return metadata_ping(self.host, self.port, timeout=1.0)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, wait, and insist on a clean exit (code 0, clean-shutdown marker)."""
@@ -277,6 +287,14 @@ class Broker:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def in_netns(netns: str | None):
+    """A context running the calling thread in network namespace ``netns`` (no-op for None)."""
+    if netns is None:
+        return contextlib.nullcontext()
+    from tests.cluster.netlab import entered
+    return entered(netns)
 
 
 def _alive(pid: int) -> bool:
