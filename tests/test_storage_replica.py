@@ -86,3 +86,27 @@ def test_a_lone_replicas_high_watermark_is_everything_written(tmp_path):
     log.high_watermark = 1
     assert log.high_watermark == 1
     log.close()
+
+
+def test_a_follower_follows_the_leaders_log_start_up_to_its_high_watermark(tmp_path):
+    leader = open_log(tmp_path / "leader")
+    for _ in range(4):
+        leader.append(make_batch(5), leader_epoch=0)
+        leader.roll()
+    follower = open_log(tmp_path / "follower")
+    while follower.log_end_offset < leader.log_end_offset:  # one segment per fetch (one leader segment)
+        follower.append_as_follower(leader.read_records(follower.log_end_offset, 1 << 20))
+        follower.roll()
+    follower.high_watermark = 12
+    leader.delete_records_before(17)
+    assert follower.follow_leader_log_start(leader.log_start_offset) == 12  # not past its own high watermark
+    assert [s.base_offset for s in follower.segments] == [10, 15, 20]  # whole segments below it went
+    with pytest.raises(OffsetOutOfRangeError):
+        follower.read(11, 100)
+    follower.high_watermark = 20
+    assert follower.follow_leader_log_start(leader.log_start_offset) == 17
+    assert [s.base_offset for s in follower.segments] == [15, 20]
+    assert follower.follow_leader_log_start(3) == 17  # never backwards
+    assert [r.offset for r in read_all(follower)] == [17, 18, 19]
+    follower.close()
+    leader.close()

@@ -5,8 +5,8 @@ replication-offset-checkpoint, cleaner-offset-checkpoint, leader-epoch-checkpoin
 
     0                 <- version
     2                 <- number of entries
-    events 0 1234     <- "topic partition offset" (leader epochs: "epoch startOffset")
-    events 1 99
+    events 0 1234     <- "topic partition offset" (leader epochs: "epoch startOffset",
+    events 1 99          read and written by ``leader_epochs.py``)
 
 Every file here is replaced atomically: written to ``<name>.tmp``, fsynced,
 renamed over the old one, and the directory fsynced, so a crash leaves either
@@ -45,7 +45,9 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _read_rows(path: str, width: int) -> list[list[str]]:
+def read_rows(path: str, width: int) -> list[list[str]]:
+    """The entry lines of a checkpoint, each split into ``width`` fields; a
+    missing file has none.  Raises CheckpointError for a malformed one."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -65,7 +67,8 @@ def _read_rows(path: str, width: int) -> list[list[str]]:
     return rows
 
 
-def _write_rows(path: str, rows: list) -> None:
+def write_rows(path: str, rows: list) -> None:
+    """Replace a checkpoint atomically with the version, count and ``rows``."""
     body = "".join(" ".join(str(field) for field in row) + "\n" for row in rows)
     write_atomically(path, f"{CHECKPOINT_VERSION}\n{len(rows)}\n{body}")
 
@@ -73,7 +76,7 @@ def _write_rows(path: str, rows: list) -> None:
 def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
     """``{(topic, partition): offset}``; a missing file is empty."""
     try:
-        return {(t, int(p)): int(o) for t, p, o in _read_rows(path, 3)}
+        return {(t, int(p)): int(o) for t, p, o in read_rows(path, 3)}
     except ValueError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -81,21 +84,7 @@ def read_offset_checkpoint(path: str) -> dict[tuple[str, int], int]:
 
 
 def write_offset_checkpoint(path: str, offsets: dict[tuple[str, int], int]) -> None:
-    _write_rows(path, [(t, p, o) for (t, p), o in sorted(offsets.items())])
-
-
-def read_leader_epochs(path: str) -> list[tuple[int, int]]:
-    """``[(epoch, start_offset), ...]`` in file order."""
-    try:
-        return [(int(e), int(o)) for e, o in _read_rows(path, 2)]
-    except ValueError as exc:
-        if isinstance(exc, CheckpointError):
-            raise
-        raise CheckpointError(f"{path}: {exc}") from None
-
-
-def write_leader_epochs(path: str, epochs: list[tuple[int, int]]) -> None:
-    _write_rows(path, epochs)
+    write_rows(path, [(t, p, o) for (t, p), o in sorted(offsets.items())])
 
 
 # --- property files ---------------------------------------------------------

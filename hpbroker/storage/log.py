@@ -25,12 +25,18 @@ it, and records it after.  That state is derived from the log: it is written
 to ``<offset>.snapshot`` at each roll and at close, and on open, after a cut
 or a failed write it is reloaded from the newest snapshot at or below the log
 end and the batches after it are replayed.
+
+Opening a directory, recovery included, is ``log_loader.py``; the leader
+epochs of appended batches live in ``leader_epochs.py``'s cache and file.  A
+leader's ``append()`` assigns offsets, a follower's ``append_as_follower()``
+keeps the leader's; both then end in the same steps (``_add_batches``).  The
+log start only moves up: retention, DeleteRecords (``delete_records_before``)
+and, on a follower, the leader's log start (``follow_leader_log_start``).
 """
 
 import bisect
 import contextlib
 import logging
-import mmap
 import os
 import shutil
 import struct
@@ -44,7 +50,7 @@ from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
-from hpbroker.storage import append_validation, checkpoints, filenames
+from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
@@ -54,7 +60,7 @@ from hpbroker.storage.errors import (
     OutOfOrderSequenceError,
     UnsupportedFormatError,
 )
-from hpbroker.storage.index_file import IndexCorruptError
+from hpbroker.storage.leader_epochs import LeaderEpochCache
 from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
 from hpbroker.storage.segment import LogSegment
 
@@ -74,8 +80,6 @@ _PRODUCER_ERRORS = {
     Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
     Verdict.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
 }
-
-
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ class Log:
         self._last_flush_ms = now_ms()
         self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        self._leader_epochs: list[tuple[int, int]] = []
+        self._leader_epochs = LeaderEpochCache()
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
         self._last_producer_expiry_ms = now_ms()
         self._unsynced_snapshot: str | None = None  # written at a roll, fsynced by the next flush
@@ -165,7 +169,15 @@ class Log:
         metadata = os.path.join(directory, filenames.PARTITION_METADATA)
         if topic_id is not None and not os.path.exists(metadata):
             checkpoints.write_partition_metadata(metadata, topic_id)
-        self._load(recovery_point, log_start_offset, clean_shutdown)
+        loaded = log_loader.load(
+            directory, self._name, self._new_segment, self.producer_state,
+            recovery_point=recovery_point, log_start_offset=log_start_offset, clean_shutdown=clean_shutdown,
+        )
+        self._set_segments(loaded.segments)
+        self.log_start_offset = loaded.log_start_offset
+        self._log_end_offset = self._written_offset = loaded.log_end_offset
+        self._flushed_offset = self._flush_requested_to = loaded.recovery_point
+        self._leader_epochs = loaded.leader_epochs
         self.cleaner_checkpoint = self.log_start_offset if cleaner_offset is None else cleaner_offset
         return self
 
@@ -173,81 +185,6 @@ class Log:
     def topic_id(self):
         path = os.path.join(self.directory, filenames.PARTITION_METADATA)
         return checkpoints.read_partition_metadata(path) if os.path.exists(path) else None
-
-    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
-        bases = _tidy_directory(self.directory)
-        created = now_ms()
-        segments = [self._new_segment(base, created) for base in bases]
-        if not segments:
-            segments = [self._new_segment(log_start_offset, created)]
-        recovered = False
-        for i, segment in enumerate(segments):
-            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            unflushed = not clean_shutdown and (next_base is None or next_base > recovery_point)
-            if not unflushed:
-                try:
-                    segment.load()
-                    continue
-                except IndexCorruptError as exc:
-                    log.warning("%s: rebuilding indexes: %s", self._name, exc)
-            result = segment.recover()
-            recovered = True
-            if result.truncated_bytes:
-                log.warning(
-                    "%s: segment %d: cut %d bytes after %d valid batches (%d bytes): %s",
-                    self._name, segment.base_offset, result.truncated_bytes, result.batches, result.valid_bytes, result.reason,
-                )
-                for later in segments[i + 1 :]:
-                    log.warning("%s: deleting segment %d after the corruption", self._name, later.base_offset)
-                    later.close_and_unlink()
-                segments = segments[: i + 1]
-                break
-        self._set_segments(tuple(segments))
-        active = segments[-1]
-        self._log_end_offset = self._written_offset = active.next_offset
-        self.log_start_offset = min(max(log_start_offset, segments[0].base_offset), self._log_end_offset)
-        self._load_leader_epochs()
-        if recovered:
-            self.flush()  # what recovery kept is now the recovery point
-        else:
-            self._flushed_offset = self._flush_requested_to = min(max(recovery_point, self.log_start_offset), self._written_offset)
-        self._load_producer_state()
-
-    def _load_producer_state(self) -> None:
-        # Snapshots above the recovered end (a cut tail) or below the log start
-        # are dropped by the reload; the batches after the snapshot are replayed.
-        ps = self.producer_state
-        start = ps.load_latest_snapshot(self._log_end_offset, self.log_start_offset, now_ms())
-        self._replay_producer_state(start)
-        ps.set_end_offset(self._log_end_offset)
-        if start != self._log_end_offset:  # after a clean close the snapshot at the end is already there
-            self._take_snapshot()
-
-    def _take_snapshot(self, offset: int | None = None, *, sync: bool = True) -> str | None:
-        # A snapshot only saves replay work on the next open: failing to write
-        # one (a full disk) must not fail the roll or close that asked for it.
-        try:
-            return self.producer_state.take_snapshot(offset, sync=sync)
-        except OSError as exc:
-            log.warning("%s: no producer snapshot at %s: %s", self._name, offset, exc)
-            return None
-
-    def _replay_producer_state(self, start: int) -> None:
-        """Feed every written batch ending at or after ``start`` to the producer state."""
-        for segment in self._segments:
-            if segment.next_offset <= start:
-                continue
-            found = segment.find_batch(start)
-            scan = scan_batches(segment.view(), found.position if found else 0, segment.size, verify_crc=False)
-            self.producer_state.load_from_batches(scan, from_offset=start)
-
-    def _reload_producer_state(self, offset: int, now: int | None = None) -> None:
-        """The log now ends at ``offset`` (its segments already cut there): make
-        the producer state cover exactly [log start, offset)."""
-        start = self.producer_state.truncate_to(offset, self.log_start_offset, now)
-        if start < offset:
-            self._replay_producer_state(start)
-        self.producer_state.set_end_offset(offset)
 
     def _new_segment(self, base_offset: int, created_ms: int) -> LogSegment:
         return LogSegment(
@@ -366,26 +303,38 @@ class Log:
             batch_format.set_partition_leader_epoch(buf, pos, leader_epoch)
             if append_time >= 0:
                 batch_format.set_log_append_time(buf, pos, append_time)
-        incoming_max_ts = int(max_timestamps.max())
-        if self._should_roll(len(buf), incoming_max_ts, int(last_offsets[-1]), len(bases)):
-            self.roll()
-        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps)
-        if idempotent:  # otherwise there is nothing to record but the end offset, set below
-            self.producer_state.update_batches(scan, bases, last_offsets, max_timestamps)
-        self._note_leader_epoch(leader_epoch, int(bases[0]))
-        self._log_end_offset = int(last_offsets[-1]) + 1
-        self.producer_state.set_end_offset(self._log_end_offset)
-        if write:
-            self.write()
+        # the whole request is of one epoch: its first batch starts it if new
+        self._add_batches(buf, scan, bases, last_offsets, max_timestamps, [(leader_epoch, int(bases[0]))],
+                          producers=idempotent, write=write)
         return AppendInfo(
             first_offset=int(bases[0]),
             last_offset=int(last_offsets[-1]),
-            max_timestamp=incoming_max_ts,
+            max_timestamp=int(max_timestamps.max()),
             log_append_time=append_time,
             batches=len(bases),
             records=int(scan.record_count.sum()),
             size=len(buf),
         )
+
+    def _add_batches(self, buf, scan, first_offsets, last_offsets, max_timestamps, epoch_starts, *,
+                     producers: bool, write: bool) -> None:
+        """The end both appends share, once every batch of ``buf`` is checked
+        and carries its final offsets: roll if due, stage, record producers
+        (``producers``: some batch has an id) and new leader epochs, advance
+        the log end, and write (applying the flush policy) unless ``write`` is
+        False."""
+        last_offset = int(last_offsets[-1])
+        if self._should_roll(len(buf), int(max_timestamps.max()), last_offset, len(last_offsets)):
+            self.roll()
+        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps)
+        if producers:  # otherwise there is nothing to record but the end offset, set below
+            self.producer_state.update_batches(scan, first_offsets, last_offsets, max_timestamps)
+        if self._leader_epochs.assign(epoch_starts):
+            self._save_leader_epochs()  # before the batches are written, as Kafka's assign flushes
+        self._log_end_offset = last_offset + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
+        if write:
+            self.write()
 
     def _recompress(self, buf, scan):
         """The batches in the topic's ``compression.type`` codec, and their new
@@ -434,6 +383,14 @@ class Log:
             raise KafkaStorageError(f"{self._name}: write failed, nothing appended: {exc}") from exc
         self._written_offset = self._log_end_offset
 
+    def _reload_producer_state(self, offset: int, now: int | None = None) -> None:
+        """The log now ends at ``offset`` (its segments already cut there): make
+        the producer state cover exactly [log start, offset)."""
+        start = self.producer_state.truncate_to(offset, self.log_start_offset, now)
+        if start < offset:
+            log_loader.replay_producer_state(self.producer_state, self._segments, start)  # as on open
+        self.producer_state.set_end_offset(offset)
+
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         old = self.active_segment
@@ -447,7 +404,8 @@ class Log:
         # Not fsynced here, on the append path (Kafka moved it off after
         # KAFKA-15046): the flush this roll asks for does it; a snapshot lost
         # to a power cut only means replaying from an older one.
-        self._unsynced_snapshot = self._take_snapshot(segment.base_offset, sync=False)
+        self._unsynced_snapshot = log_loader.take_snapshot(self.producer_state, self._name, segment.base_offset,
+                                                           sync=False)
         self._flush_requested_to = max(self._flush_requested_to, segment.base_offset)
         log.info("%s: rolled to segment %d", self._name, segment.base_offset)
         return segment
@@ -479,7 +437,7 @@ class Log:
         try:
             os.fsync(fd)
             checkpoints.fsync_dir(self.directory)
-        except OSError as exc:  # as in _take_snapshot: costs replay work at most
+        except OSError as exc:  # as in log_loader.take_snapshot: costs replay work at most
             log.warning("%s: fsync of %s failed: %s", self._name, path, exc)
         finally:
             os.close(fd)
@@ -540,13 +498,16 @@ class Log:
         for segment in self._segments:
             if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
                 continue
-            found = segment.find_batch_by_timestamp(timestamp, self.log_start_offset)
-            if found is None:
-                continue
-            data = segment.read_bytes(found.position, found.size)
-            for record in batch_format.decode_batch(data).records:
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
+            start = self.log_start_offset
+            # A batch whose max timestamp reaches it may hold no record that does
+            # at or after the log start (the log start inside the batch, the
+            # timestamps not in order): then the batches after it are looked at.
+            while (found := segment.find_batch_by_timestamp(timestamp, start)) is not None:
+                data = segment.read_bytes(found.position, found.size)
+                for record in batch_format.decode_batch(data).records:
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
+                start = found.last_offset + 1
         return None
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
@@ -565,7 +526,7 @@ class Log:
         offset), deleting whole segments from the oldest, never the active one.
         Returns how many segments went."""
         if "delete" not in self.config.cleanup_policy:
-            return self._delete_prefix(lambda seg, _: seg.next_offset <= self.log_start_offset)
+            return self._delete_below_log_start()
         now = now_ms() if now is None else now
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         excess = self.size_in_bytes() - retention_bytes if retention_bytes >= 0 else 0
@@ -601,8 +562,8 @@ class Log:
         return len(doomed)
 
     # --- replication ---------------------------------------------------------
-    # A follower's log takes the leader's batches as they are, and cuts a tail
-    # its leader does not have.
+    # A follower's log takes the leader's batches as they are, cuts a tail its
+    # leader does not have, and drops what its leader deleted.
 
     def append_as_follower(self, records) -> int:
         """Append the leader's batches keeping their offsets, leader epochs and
@@ -620,18 +581,22 @@ class Log:
             raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be replicated")
         if int(scan.base_offset[0]) != self._log_end_offset:
             raise OffsetOutOfRangeError(int(scan.base_offset[0]), self.log_start_offset, self._log_end_offset)
-        last_offsets = scan.last_offset
-        if self._should_roll(len(buf), int(scan.max_timestamp.max()), int(last_offsets[-1]), len(last_offsets)):
-            self.roll()
-        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, scan.max_timestamp)
-        if scan.producer_id.max() >= 0:
-            self.producer_state.update_batches(scan, scan.base_offset, last_offsets, scan.max_timestamp)
-        for epoch, base in zip(scan.partition_leader_epoch.tolist(), scan.base_offset.tolist()):
-            self._note_leader_epoch(epoch, base)
-        self._log_end_offset = int(last_offsets[-1]) + 1
-        self.producer_state.set_end_offset(self._log_end_offset)
-        self.write()
+        epoch_starts = zip(scan.partition_leader_epoch.tolist(), scan.base_offset.tolist())
+        self._add_batches(buf, scan, scan.base_offset, scan.last_offset, scan.max_timestamp, epoch_starts,
+                          producers=bool(scan.producer_id.max() >= 0), write=True)
         return self._log_end_offset
+
+    def follow_leader_log_start(self, leader_log_start: int) -> int:
+        """Move the log start up to the leader's (a fetch response's
+        ``log_start_offset``; Kafka's ``maybeIncrementLogStartOffset``), so
+        what the leader deleted (retention, DeleteRecords) goes here too:
+        whole segments below it at once, as ``delete_records_before`` does.
+        Never past this replica's own high watermark (set from the same
+        response first), never backwards (this log's retention may have run
+        ahead of the leader's).  Returns the log start offset."""
+        self._advance_log_start(min(leader_log_start, self.high_watermark))
+        self._delete_below_log_start()
+        return self.log_start_offset
 
     def truncate_to(self, offset: int) -> None:
         """Cut everything at and after ``offset`` (a whole batch when ``offset``
@@ -661,10 +626,8 @@ class Log:
             self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
             if self._high_watermark is not None:
                 self._high_watermark = min(self._high_watermark, end)
-        kept_epochs = [(e, o) for e, o in self._leader_epochs if o < end]
-        if kept_epochs != self._leader_epochs:
-            self._leader_epochs = kept_epochs
-            checkpoints.write_leader_epochs(os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT), kept_epochs)
+        if self._leader_epochs.truncate_from_end(end):
+            self._save_leader_epochs()
         self._reload_producer_state(end)
 
     # --- compaction ----------------------------------------------------------
@@ -715,8 +678,11 @@ class Log:
         if offset > self._written_offset or offset < 0:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self._written_offset)
         self._advance_log_start(offset)
-        self._delete_prefix(lambda seg, _: seg.next_offset <= self.log_start_offset)
+        self._delete_below_log_start()
         return self.log_start_offset
+
+    def _delete_below_log_start(self) -> int:
+        return self._delete_prefix(lambda seg, _: seg.next_offset <= self.log_start_offset)
 
     def _advance_log_start(self, offset: int) -> None:
         # Nothing below the log start is ever read or recovered again, so the
@@ -725,26 +691,13 @@ class Log:
         self._flushed_offset = max(self._flushed_offset, self.log_start_offset)
 
     # --- leader epochs -------------------------------------------------------
-    def _note_leader_epoch(self, epoch: int, start_offset: int) -> None:
-        if epoch >= 0 and (not self._leader_epochs or epoch > self._leader_epochs[-1][0]):
-            self._leader_epochs.append((epoch, start_offset))
-            checkpoints.write_leader_epochs(os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT), self._leader_epochs)
-
-    def _load_leader_epochs(self) -> None:
-        path = os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT)
-        try:
-            epochs = checkpoints.read_leader_epochs(path)
-        except checkpoints.CheckpointError as exc:
-            log.warning("%s: ignoring %s", self._name, exc)
-            epochs = []
-        kept = [(e, o) for e, o in epochs if o < self._log_end_offset]
-        if kept != epochs:
-            checkpoints.write_leader_epochs(path, kept)
-        self._leader_epochs = kept
+    def _save_leader_epochs(self) -> None:
+        leader_epochs.write(os.path.join(self.directory, filenames.LEADER_EPOCH_CHECKPOINT), self._leader_epochs)
 
     @property
     def leader_epochs(self) -> list[tuple[int, int]]:
-        return list(self._leader_epochs)
+        """``[(epoch, start_offset), ...]``, oldest first (see ``leader_epochs.py``)."""
+        return self._leader_epochs.entries
 
     def end_offset_for_epoch(self, requested: int, current_epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch as Kafka's leader
@@ -752,19 +705,7 @@ class Log:
         of the next epoch (the log end for the latest one), or (-1, -1) for an
         epoch newer than any known.  A leader holds its ``current_epoch`` from
         the log end on even before it appends in it."""
-        end = self.written_offset
-        epochs = list(self._leader_epochs)
-        if not epochs or current_epoch > epochs[-1][0]:
-            epochs.append((current_epoch, end))
-        if requested < 0:
-            return -1, -1
-        if requested == epochs[-1][0]:
-            return requested, end
-        later = next(((e, start) for e, start in epochs if e > requested), None)
-        if later is None:
-            return -1, -1
-        floor = [e for e, _start in epochs if e <= requested]
-        return (floor[-1] if floor else requested), later[1]
+        return self._leader_epochs.end_offset_for(requested, current_epoch, self.written_offset)
 
     # --- closing -------------------------------------------------------------
     def close(self) -> None:
@@ -773,7 +714,8 @@ class Log:
         self.active_segment.seal_time_index()
         self.flush()
         self.active_segment.flush()  # the sealing entry, even when no data was pending
-        self._take_snapshot(self._log_end_offset)  # so a clean reopen replays nothing
+        # so a clean reopen replays nothing
+        log_loader.take_snapshot(self.producer_state, self._name, self._log_end_offset)
         with self._lock:
             self._closed = True
             pending, self._pending_deletes = self._pending_deletes, []
@@ -803,62 +745,3 @@ def largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
     return os.stat(segment.log_path).st_mtime_ns // 1_000_000
-
-
-def _tidy_directory(directory: str) -> list[int]:
-    """Finish or undo what a crash interrupted and return the segments' base
-    offsets, following Kafka's LogLoader: ``.deleted`` and ``.cleaned`` files
-    go; index ``.swap`` files go (rebuilt from the log); a ``.log.swap``
-    completes the cleaner's swap: the segments it replaced, those with base
-    offsets in [its base, its next offset), go and it takes its plain name.
-    Index files without a ``.log`` go."""
-    swaps = []
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        if name.endswith((filenames.DELETED_SUFFIX, filenames.CLEANED_SUFFIX, ".tmp")):
-            os.unlink(path)
-        elif name.endswith(filenames.SWAP_SUFFIX):
-            if filenames.is_segment_log(name[: -len(filenames.SWAP_SUFFIX)]):
-                swaps.append(path)
-            else:
-                os.unlink(path)
-    for path in sorted(swaps):
-        base = filenames.base_offset_of(path)
-        end = _next_offset_of_file(path, base)
-        for name in os.listdir(directory):
-            if name.endswith(filenames.SWAP_SUFFIX) or not name.endswith(filenames.SEGMENT_SUFFIXES):
-                continue
-            try:
-                replaced = base <= filenames.base_offset_of(name) < end
-            except ValueError:
-                continue
-            if replaced:
-                os.unlink(os.path.join(directory, name))
-        os.replace(path, path[: -len(filenames.SWAP_SUFFIX)])
-    if swaps:
-        checkpoints.fsync_dir(directory)
-    names = os.listdir(directory)
-    bases = sorted(filenames.base_offset_of(n) for n in names if filenames.is_segment_log(n))
-    known = set(bases)
-    for name in names:
-        if name.endswith((filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX)):
-            try:
-                orphan = filenames.base_offset_of(name) not in known
-            except ValueError:
-                continue
-            if orphan:
-                os.unlink(os.path.join(directory, name))
-    return bases
-
-
-def _next_offset_of_file(path: str, base: int) -> int:
-    """The offset after the last whole batch of a segment file (``base + 1``
-    when it holds none, so that at least the segment it is named after goes)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return base + 1
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = np.frombuffer(mapped, np.uint8)
-            last = scan_batches(view, verify_crc=False).last_offset
-            del view  # the mmap cannot close while a view exports it
-    return int(last[-1]) + 1 if len(last) else base + 1
