@@ -1,5 +1,8 @@
-"""The acceptor: binds the listener, forks the pinned workers, hands each
-accepted socket to the least-loaded one (SCM_RIGHTS), and supervises them.
+"""The acceptor's loop: binds the listener, hands each accepted socket to the
+least-loaded worker (SCM_RIGHTS), and wires the listener, the worker pool,
+signals, ``/metrics`` and systemd together.  The workers' lives (forking,
+pinning, restarts with back-off, boot failures, heartbeats, the two stop
+phases) are ``worker_pool``'s; this module decides when.
 
 It never reads a client byte.  It holds the log directories' locks and their
 clean-shutdown markers: the markers are consumed at start (the workers learn
@@ -10,8 +13,9 @@ Signals only enqueue (their handlers append to a list and the wakeup fd wakes
 the loop); the loop dispatches to ``handle_<signal>``:
 
 * SIGTERM / SIGINT: stop accepting, tell the workers to finish their in-flight
-  requests, flush and write checkpoints; then write the markers and exit 0;
-* SIGCHLD: reap; a worker that died after booting is restarted (its
+  requests (``drain``), then to flush and write checkpoints (``stop``); then
+  write the markers and exit 0;
+* SIGCHLD: the pool reaps; a worker that died after booting is restarted (its
   partitions are reopened and recovered), at once the first times and then
   after a growing back-off, but always: a crash caused by input must not be
   able to stop the broker.  One that could not boot stops the broker with its
@@ -43,25 +47,20 @@ import selectors
 import signal
 import socket
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
 from hpbroker.acceptor import membership
-from hpbroker.acceptor.handoff import HandOff
 from hpbroker.acceptor.metrics_http import MetricsEndpoint
 from hpbroker.acceptor.notify import Notifier
+from hpbroker.acceptor.worker_pool import WorkerPool
 from hpbroker.cluster.member import ClusterJoinError
 from hpbroker.server import control_channel, metrics_dir
 from hpbroker.server.config import BrokerConfig, parse_listener
-from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Kind
-from hpbroker.server.logs import Throttled
+from hpbroker.server.control_channel import ControlMessageError, Kind
 from hpbroker.storage.log_dir_roots import LogDirRoots
 from hpbroker.storage.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-RESTART_WINDOW_S = 60.0  # restarts within this long count towards the back-off
-MAX_RESTART_DELAY_S = 30.0
 MAX_HELD_CONNECTIONS = 1024  # accepted but not yet with a worker: beyond, the backlog holds them
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # pause after accept() fails for want of descriptors, doubling
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -73,28 +72,6 @@ RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", 
 
 class BrokerStartError(Exception):
     """The broker could not start; the message says why in one line."""
-
-
-@dataclass
-class WorkerSlot:
-    index: int
-    cpu: int | None
-    pid: int = 0
-    control: socket.socket | None = None
-    ready: bool = False  # booted and reachable: a candidate for connections
-    booted: bool = False  # said "ready" since it was started
-    booted_before: bool = False  # has ever booted: a later death is a crash, not a boot failure
-    connections: int = 0
-    last_heartbeat: float = 0.0
-    restarts: list = field(default_factory=list)  # monotonic times of recent restarts
-    restart_at: float = 0.0  # when a dead worker is due to be started again (0: not waiting)
-    unacknowledged: deque = field(default_factory=deque)  # connections sent, not yet adopted
-    refused_until: float = 0.0  # at its fd limit: no connections until then
-    boot_error: str = ""
-    exit_code: int | None = None
-    partitions: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
 
 
 def systemd_listener() -> socket.socket | None:
@@ -130,17 +107,13 @@ class Supervisor:
         self.stopping = False
         self.exit_code = 0
         self.boot_failure = ""
-        cpus = sorted(os.sched_getaffinity(0))
-        n = config.num_workers
-        self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(n)]
-        self.broker_tag = f"{os.getpid()}"
-        self.handoff = HandOff(self.slots)
+        self.pool = WorkerPool(config.num_workers, self.selector, lambda: self.config, f"{os.getpid()}",
+                               self._forget_parent_state)
         self.accepting = False  # the listener is in the selector
         self.scraping = False  # the metrics listener is in the selector
         self.accept_paused_until = 0.0
         self.accept_backoff = ACCEPT_BACKOFF_S[0]
         self.accept_failures = 0  # in the current episode of descriptor exhaustion
-        self.bad_messages = Throttled(log)
         self.member = None  # cluster mode: this broker's membership (registration, controller candidacy)
         self.hand_over: membership.HandOver | None = None
 
@@ -190,10 +163,9 @@ class Supervisor:
         gc.collect()
         gc.freeze()
         self._install_signals()
-        for slot in self.slots:
-            self._spawn(slot, clean_shutdown=self.clean)
+        self.pool.start(self.clean, self.cluster_id)
         log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
-                 self.address[0], self.address[1], len(self.slots), self.cluster_id, ", ".join(cfg.log_dirs))
+                 self.address[0], self.address[1], len(self.pool), self.cluster_id, ", ".join(cfg.log_dirs))
 
     def _join_cluster(self) -> None:
         """Cluster mode: lock the directories, join with the ids they record,
@@ -229,31 +201,9 @@ class Supervisor:
     def _enqueue_signal(self, signum, _frame) -> None:
         self.pending_signals.append(signum)
 
-    def _spawn(self, slot: WorkerSlot, clean_shutdown: bool) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 1
-            try:
-                parent.close()
-                self._forget_parent_state()
-                from hpbroker.workers.process import run_worker
-
-                code = run_worker(slot.index, len(self.slots), self.config, child, self.broker_tag,
-                                  clean_shutdown, self.cluster_id, slot.cpu)
-            except BaseException:
-                log.exception("worker %d crashed", slot.index)
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        child.close()
-        parent.setblocking(False)
-        slot.pid, slot.control, slot.ready, slot.booted, slot.connections = pid, parent, False, False, 0
-        slot.last_heartbeat = time.monotonic()
-        self.selector.register(parent, selectors.EVENT_READ, slot)
-
     def _forget_parent_state(self) -> None:
-        """In the child: nothing of the acceptor's loop survives the fork."""
+        """In a new worker (the pool closes the other workers' channels and the
+        held connections): nothing of the acceptor's loop survives the fork."""
         signal.set_wakeup_fd(-1)
         for key in list(self.selector.get_map().values()):
             if key.data == "metrics-client":
@@ -264,11 +214,7 @@ class Supervisor:
         self.listener.close()
         os.close(self.wakeup_r)
         os.close(self.wakeup_w)
-        for other in self.slots:
-            if other.control is not None:
-                other.control.close()
         self.root.unlock()  # this process's copies: the acceptor keeps the directory locks
-        self.handoff.close_all()  # the acceptor's copies: a worker must not keep connections alive
         # The cluster member's kazoo client is the acceptor's: its threads did not
         # survive the fork and its locks may have been held at that moment, so a
         # worker never uses it (it opens its own session).  Its atexit hook does
@@ -298,7 +244,7 @@ class Supervisor:
                 elif key.data == "signal":
                     self._drain_wakeup()
                 else:
-                    self._on_worker_message(key.data)
+                    self.pool.readable(key.data)
             while self.pending_signals:
                 signum = self.pending_signals.pop(0)
                 getattr(self, f"handle_{signal.Signals(signum).name.lower()}")()
@@ -307,23 +253,16 @@ class Supervisor:
             if self.stopping:
                 return self._finish_stop()
             now = time.monotonic()
-            self.handoff.flush()  # connections that waited for a worker's channel
-            self._restart_due(now)
-            healthy = True
-            for slot in self.slots:
-                if slot.pid and slot.booted and now - slot.last_heartbeat > timeout_s:
-                    log.error("worker %d (pid %d) missed heartbeats for %.0f s; killing it", slot.index, slot.pid,
-                              now - slot.last_heartbeat)
-                    _kill(slot.pid, signal.SIGKILL)
-                    healthy = False
-            self._report(now, healthy)
+            self.pool.handoff.flush()  # connections that waited for a worker's channel
+            self.pool.restart_due(now)
+            self._report(now, self.pool.kill_silent(now, timeout_s))
 
     def _report(self, now: float, healthy: bool) -> None:
         """sd_notify: READY once all workers booted, then status and watchdog."""
-        if not self.announced_ready and all(s.booted for s in self.slots):
+        if not self.announced_ready and self.pool.all_booted():
             self.announced_ready = True
             self.notifier.ready(self.status_line(now))
-            log.info("ready: %d workers serving", len(self.slots))
+            log.info("ready: %d workers serving", len(self.pool))
         if not self.announced_ready:
             return
         if self.notifier.watchdog_s and healthy and now - self.last_watchdog >= self.notifier.watchdog_s / 2:
@@ -334,15 +273,13 @@ class Supervisor:
             self.notifier.status(self.status_line(now))
 
     def status_line(self, now: float) -> str:
-        ready = sum(1 for s in self.slots if s.booted)
-        total_in = sum(s.bytes_in for s in self.slots)
-        total_out = sum(s.bytes_out for s in self.slots)
+        f = self.pool.figures()
         prev_in, prev_out, prev_t = self.last_totals
         elapsed = max(now - prev_t, 1e-3)
-        rate_in, rate_out = max(total_in - prev_in, 0) / elapsed / 1e6, max(total_out - prev_out, 0) / elapsed / 1e6
-        self.last_totals = (total_in, total_out, now)
-        return (f"{ready}/{len(self.slots)} workers, {sum(s.connections for s in self.slots)} connections, "
-                f"{sum(s.partitions for s in self.slots)} partitions, in {rate_in:.1f} MB/s, out {rate_out:.1f} MB/s")
+        rate_in, rate_out = max(f.bytes_in - prev_in, 0) / elapsed / 1e6, max(f.bytes_out - prev_out, 0) / elapsed / 1e6
+        self.last_totals = (f.bytes_in, f.bytes_out, now)
+        return (f"{f.booted}/{f.workers} workers, {f.connections} connections, "
+                f"{f.partitions} partitions, in {rate_in:.1f} MB/s, out {rate_out:.1f} MB/s")
 
     def _drain_wakeup(self) -> None:
         try:
@@ -353,9 +290,7 @@ class Supervisor:
 
     def _select_timeout(self) -> float:
         now = time.monotonic()
-        due = [s.restart_at - now for s in self.slots if s.restart_at]
-        if self.handoff.waiting:
-            due.append(0.02)  # a full channel drains quickly
+        due = [self.pool.due_in(now)]
         if self.accept_paused_until:
             due.append(self.accept_paused_until - now)
         return max(0.0, min([0.5, *due]))
@@ -366,8 +301,8 @@ class Supervisor:
         paused for want of descriptors; otherwise clients wait in the backlog."""
         if self.accept_paused_until and now >= self.accept_paused_until:
             self.accept_paused_until = 0.0
-        wanted = (not self.stopping and any(s.ready for s in self.slots) and not self.accept_paused_until
-                  and self.handoff.held() < MAX_HELD_CONNECTIONS)
+        wanted = (not self.stopping and self.pool.any_ready() and not self.accept_paused_until
+                  and self.pool.handoff.held() < MAX_HELD_CONNECTIONS)
         if wanted and not self.accepting:
             self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         elif self.accepting and not wanted:
@@ -383,7 +318,7 @@ class Supervisor:
             self.scraping = scrape
 
     def _accept(self) -> None:
-        while self.handoff.held() < MAX_HELD_CONNECTIONS:
+        while self.pool.handoff.held() < MAX_HELD_CONNECTIONS:
             try:
                 conn, _addr = self.listener.accept()
             except BlockingIOError:
@@ -397,7 +332,7 @@ class Supervisor:
                 log.info("accepting connections again (accept() had failed %d times for want of descriptors)",
                          self.accept_failures)
                 self.accept_failures, self.accept_backoff = 0, ACCEPT_BACKOFF_S[0]
-            self.handoff.give(conn)
+            self.pool.handoff.give(conn)
 
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of descriptors: stop polling the listener for a while (doubling
@@ -410,49 +345,6 @@ class Supervisor:
         self.accept_paused_until = time.monotonic() + self.accept_backoff
         self.accept_backoff = min(self.accept_backoff * 2, ACCEPT_BACKOFF_S[1])
         self._update_accepting(time.monotonic())
-
-    def _on_worker_message(self, slot: WorkerSlot) -> None:
-        while slot.control is not None:
-            try:
-                data = slot.control.recv(control_channel.MAX_MESSAGE)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self.selector.unregister(slot.control)
-                slot.control.close()
-                slot.control = None
-                return
-            slot.last_heartbeat = time.monotonic()
-            message = self._decode(slot, data)
-            if message is None:
-                continue
-            if message.kind is Kind.TOOK:
-                self.handoff.acknowledged(slot, took=True)
-            elif message.kind is Kind.LOST:
-                self.handoff.acknowledged(slot, took=False)
-            elif message.kind is Kind.READY:
-                slot.ready = slot.booted = slot.booted_before = True
-                self.handoff.flush()
-            elif message.kind is Kind.CLOSED:
-                slot.connections = max(0, slot.connections - 1)
-            elif message.kind is Kind.HEARTBEAT:
-                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = message.payload
-            elif message.kind is Kind.BOOT_FAILED:
-                slot.boot_error = message.payload
-            else:
-                self.bad_messages.log(logging.WARNING, ("kind", slot.index), "ignoring a %s message from worker %d: "
-                                      "it is the acceptor's to send", message.kind.value, slot.index)
-
-    def _decode(self, slot: WorkerSlot, data: bytes) -> control_channel.Message | None:
-        """The message a worker sent, or None (logged) when it is no message."""
-        try:
-            return control_channel.decode(data)
-        except ControlMessageError as exc:
-            self.bad_messages.log(logging.WARNING, ("malformed", slot.index), "ignoring a message from worker %d: %s",
-                                  slot.index, exc)
-            return None
 
     # --- signals -------------------------------------------------------------------
     def handle_sigterm(self) -> None:
@@ -497,72 +389,19 @@ class Supervisor:
             log.error("reload failed, keeping the running settings: %s", exc)
             self.notifier.ready(f"reload failed: {exc}")
             return
-        for slot in self.slots:
-            if slot.control is not None:
-                try:
-                    slot.control.send(message)
-                except OSError as exc:
-                    log.warning("could not send the reload to worker %d: %s", slot.index, exc)
+        for index, exc in self.pool.broadcast(message).items():
+            log.warning("could not send the reload to worker %d: %s", index, exc)
         self.config = BrokerConfig.from_sources(overrides=live)
         log.info("reloaded: changed %s%s", ", ".join(changed) or "nothing",
                  f"; {', '.join(frozen)} need a restart" if frozen else "")
         self.notifier.ready(self.status_line(time.monotonic()))
 
     def handle_sigchld(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            slot = next((s for s in self.slots if s.pid == pid), None)
-            if slot is not None:
-                self._worker_exited(slot, os.waitstatus_to_exitcode(status))
-
-    def _worker_exited(self, slot: WorkerSlot, code: int) -> None:
-        if slot.control is not None:
-            self._on_worker_message(slot)  # a boot-failed reason (or acknowledgements) may still be queued
-        if slot.control is not None:
-            self.selector.unregister(slot.control)
-            slot.control.close()
-        from hpbroker.server import metrics
-
-        metrics.mark_dead(slot.pid)  # its gauges (connections, offsets) no longer count
-        slot.pid, slot.control, slot.ready, slot.booted, slot.exit_code = 0, None, False, False, code
-        self.handoff.worker_gone(slot)
-        if self.stopping:
-            return
-        # Only a first boot that fails, or a worker saying it could not boot,
-        # stops the broker: a restarted worker killed before it reported ready
-        # is one more crash, restarted with the back-off.
-        if code == BOOT_FAILURE_EXIT or not slot.booted_before:
-            reason = slot.boot_error or f"exit code {code}"
-            log.error("worker %d could not boot (%s); stopping the broker", slot.index, reason)
-            self.boot_failure = f"worker {slot.index} could not boot: {reason}"
+        failure = self.pool.reap(self.stopping)
+        if failure:  # the pool logged it
+            self.boot_failure = failure
             self.exit_code = 1
             self.stopping = True
-            return
-        now = time.monotonic()
-        slot.restarts = [t for t in slot.restarts if now - t < RESTART_WINDOW_S] + [now]
-        delay = restart_delay(len(slot.restarts))
-        slot.restart_at = now + delay
-        log.warning("worker %d exited (%s); restarting it%s; its partitions will be recovered", slot.index,
-                    f"signal {-code}" if code < 0 else f"code {code}",
-                    f" in {delay:.1f} s ({len(slot.restarts)} exits within {RESTART_WINDOW_S:.0f} s)" if delay else "")
-
-    def _restart_due(self, now: float) -> None:
-        for slot in self.slots:
-            if slot.restart_at and now >= slot.restart_at and not slot.pid and not self.stopping:
-                slot.restart_at = 0.0
-                from hpbroker.server import metrics
-
-                metrics.WORKER_RESTARTS.inc()
-                try:
-                    self._spawn(slot, clean_shutdown=False)
-                except OSError as exc:  # no descriptors for its channel, fork refused: try again soon
-                    log.error("could not start worker %d again: %s; retrying in 1 s", slot.index, exc.strerror)
-                    slot.restart_at = now + 1.0
 
     # --- stop ----------------------------------------------------------------------
     def _finish_stop(self) -> int:
@@ -573,30 +412,13 @@ class Supervisor:
             pass
         self.listener.close()
         deadline = time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
-        self._drain_workers(time.monotonic() + self.config["shutdown.timeout.ms"] / 2000)
-        for slot in self.slots:
-            if slot.control is not None:
-                try:
-                    slot.control.send(control_channel.encode(Kind.STOP))
-                except OSError:
-                    pass
-        codes = []
-        for slot in self.slots:
-            if not slot.pid:
-                codes.append(slot.exit_code)
-                continue
-            code = _wait(slot.pid, deadline)
-            if code is None:
-                log.error("worker %d did not stop in time; killing it", slot.index)
-                _kill(slot.pid, signal.SIGKILL)
-                code = _wait(slot.pid, time.monotonic() + 5)
-            codes.append(code)
-        self.handoff.close_all()
+        self.pool.drain(time.monotonic() + self.config["shutdown.timeout.ms"] / 2000)
+        workers_clean = self.pool.stop(deadline)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         metrics_dir.cleanup(self.metrics_path)
         self._leave_cluster()
-        all_clean = all(c == 0 for c in codes) and self.exit_code == 0
+        all_clean = workers_clean and self.exit_code == 0
         if all_clean:
             self.root.close()
             log.info("stopped cleanly")
@@ -604,38 +426,6 @@ class Supervisor:
             self.root.unlock()
             log.warning("stopped; not every worker stopped cleanly, the next start recovers")
         return self.exit_code
-
-
-    def _drain_workers(self, deadline: float) -> None:
-        """Ask every worker to finish its in-flight requests and wait until all
-        say so (or die, or time runs out): only then do they close the channel
-        they forward each other's requests over."""
-        waiting = {}
-        for slot in self.slots:
-            if slot.control is not None and slot.pid:
-                try:
-                    slot.control.send(control_channel.encode(Kind.DRAIN))
-                    waiting[slot.control] = slot
-                except OSError:
-                    pass
-        with selectors.DefaultSelector() as channels:  # select.select fails on descriptors above 1023
-            for sock in waiting:
-                channels.register(sock, selectors.EVENT_READ)
-            while waiting and time.monotonic() < deadline:
-                for key, _ in channels.select(max(0.0, deadline - time.monotonic())):
-                    sock = key.fileobj
-                    try:
-                        data = sock.recv(control_channel.MAX_MESSAGE)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    if data:
-                        message = self._decode(waiting[sock], data)
-                        if message is None or message.kind is not Kind.DRAINED:
-                            continue  # anything else a draining worker says no longer matters
-                    waiting.pop(sock, None)
-                    channels.unregister(sock)
 
 
 def _keeping_broker_id(load, broker_id: int):
@@ -650,14 +440,6 @@ def _keeping_broker_id(load, broker_id: int):
     return reload
 
 
-def restart_delay(exits_in_window: int) -> float:
-    """How long a worker that keeps dying waits before its next start: at
-    once for the first two exits in the window, then 0.5 s doubling to 30 s."""
-    if exits_in_window <= 2:
-        return 0.0
-    return min(MAX_RESTART_DELAY_S, 0.5 * 2 ** (exits_in_window - 3))
-
-
 def raise_nofile_limit() -> None:
     """Raise the soft descriptor limit to the hard one, as brokers want (one
     descriptor per connection and per open segment file)."""
@@ -668,26 +450,6 @@ def raise_nofile_limit() -> None:
             log.info("file descriptor limit (nofile) raised from %d to %d", soft, hard)
         except (ValueError, OSError) as exc:
             log.warning("could not raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
-
-
-def _wait(pid: int, deadline: float) -> int | None:
-    while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return 0
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.02)
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _warm_up_kernels() -> None:

@@ -8,6 +8,7 @@ Message bodies are kio dataclasses (kio is generated from Kafka's message specs)
 * ``header``: request headers v0-v2, response headers v0-v1.
 * ``schemas``: which kio class and header version go with an (api key, version).
 * ``codec``: ``decode_request`` / ``encode_response``.
+* ``client_codec``: the other side, ``encode_request`` / ``decode_response``.
 * ``legacy_produce``: Produce v0-v2, which kio does not describe.
 * ``versions``: the advertised version table and the ApiVersions response.
 * ``exceptions``: this package's exceptions.

@@ -1,6 +1,7 @@
 """The client side of the wire: one connection that sends kio requests and
 awaits their responses, as a broker talks to another (a follower fetching
-from its leader).
+from its leader).  This is its asyncio part; the frames are
+``protocol.client_codec``'s.
 
 Requests are pipelined: each gets a correlation id and a future; the reader
 task matches responses to them in order (Kafka answers a connection's
@@ -11,54 +12,13 @@ request with ``ConnectionError`` and the owner connects anew.
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import struct
 from collections import deque
-from functools import cache
 
-from kio.serial import entity_reader, entity_writer
+from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, encode_request
 
-from hpbroker.protocol.header import skip_tagged_fields
-from hpbroker.protocol.schemas import request_header_version, response_header_version, response_type
-
-_request_prefix = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
-_int16 = struct.Struct(">h")
 _int32 = struct.Struct(">i")
-MAX_RESPONSE_BYTES = 256 << 20  # a larger size prefix is a broken stream, not a response
-
-_reader = cache(entity_reader)
-_writer = cache(entity_writer)
-
-
-def encode_request(request, correlation_id: int, client_id: str | None) -> bytes:
-    api_key, version = int(request.__api_key__), int(request.__version__)
-    out = io.BytesIO()
-    out.write(_request_prefix.pack(0, api_key, version, correlation_id))
-    header_version = request_header_version(api_key, version)
-    if header_version >= 1:
-        if client_id is None:
-            out.write(_int16.pack(-1))
-        else:
-            name = client_id.encode()
-            out.write(_int16.pack(len(name)) + name)
-    if header_version >= 2:
-        out.write(b"\x00")  # no tagged fields
-    _writer(type(request))(out, request)
-    buf = out.getbuffer()
-    _int32.pack_into(buf, 0, len(buf) - 4)
-    del buf
-    return out.getvalue()
-
-
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, object]:
-    """(correlation id, kio response) from a frame without its size prefix."""
-    correlation_id = _int32.unpack_from(frame, 0)[0]
-    offset = 4
-    if response_header_version(api_key, version) >= 1:
-        offset = skip_tagged_fields(frame, offset)
-    response, _size = _reader(response_type(api_key, version))(frame, offset)
-    return correlation_id, response
 
 
 class ClientConnection:

@@ -12,7 +12,7 @@ import itertools
 import socket
 import struct
 
-from hpbroker.replication.client import MAX_RESPONSE_BYTES, decode_response, encode_request
+from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, encode_request
 
 _int32 = struct.Struct(">i")
 
