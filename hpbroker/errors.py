@@ -8,8 +8,8 @@ storage exceptions, producer-state verdicts, the partition service, the group
 coordinator, the handlers) holds members of it from the start: a code never
 has to be wrapped on its way out.
 
-Module constants spelled as Kafka spells them (``UNKNOWN_TOPIC_OR_PARTITION``)
-are bound to the same members, so code can read like Kafka's documentation.
+One spelling: ``ErrorCode.unknown_topic_or_partition`` (kio's member names,
+Kafka's in lower case), which type checkers and editors see.
 
 A leaf module: it imports nothing of hpbroker, so every package may use it.
 """
@@ -18,7 +18,4 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-# Kafka-style aliases: UNSUPPORTED_VERSION is ErrorCode.unsupported_version.
-globals().update({member.name.upper(): member for member in ErrorCode})
-
-__all__ = ["ErrorCode", *(member.name.upper() for member in ErrorCode)]
+__all__ = ["ErrorCode"]

@@ -13,7 +13,7 @@ fetched, and a consumer that has just joined reads nothing."""
 import asyncio
 import time
 
-from hpbroker import errors as E
+from hpbroker.errors import ErrorCode
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.worker_link import Session
@@ -21,10 +21,11 @@ from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 from hpbroker.storage import LogConfig, LogManager
-from hpbroker.workers import replicas as replicas_module
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.owner_calls import (FetchedOffset, FetchedOffsets, Heartbeat, JoinGroup, OffsetCommit,
+                                          OffsetFetch, PartitionError, SyncGroup)
+from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 
 ME, OTHER = 1, 2
@@ -47,14 +48,20 @@ class Link:
         self.rereads += 1
 
 
-class SkewedTime:
-    """``time`` as the replica manager sees it, able to jump ahead (a pause)."""
+class SkewedClock:
+    """The system clock, able to jump ahead (a pause of the worker)."""
 
-    skew = 0.0
+    def __init__(self):
+        self.skew = 0.0
 
-    @classmethod
-    def monotonic(cls) -> float:
-        return time.monotonic() + cls.skew
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skew
+
+    def now_ms(self) -> int:
+        return int((time.time() + self.skew) * 1000)
+
+    def call_later(self, delay_ms, callback, *args):
+        return asyncio.get_running_loop().call_later(delay_ms / 1000, callback, *args)
 
 
 def image() -> ClusterImage:
@@ -78,8 +85,8 @@ async def until(condition, turns: int = 1000) -> None:
     raise AssertionError("condition not met")
 
 
-def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path, monkeypatch):
-    monkeypatch.setattr(replicas_module, "time", SkewedTime)
+def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path):
+    clock = SkewedClock()
 
     async def scenario():
         config = BrokerConfig.from_sources(overrides={"offsets.topic.num.partitions": "2",
@@ -88,59 +95,69 @@ def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path, m
         logs = LogManager([str(tmp_path)], LogConfig(), replicated=True)
         topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=1,
                                offsets_replication_factor=1)
-        replicas = ReplicaManager(ReplicaSettings(ME, FetcherSettings(ME), 30000, SESSION_MS), 0, 1, logs, link)
-        service = PartitionService(logs, topics, replicas=replicas)
-        c = GroupCoordinator(service, topics, config, 0, 1, leads=replicas.leads, fenced=replicas.fenced)
+        replicas = ReplicaManager(ReplicaSettings(ME, FetcherSettings(ME), 30000, SESSION_MS), 0, 1, logs, link,
+                                  clock=clock)
+        partitions = Partitions(logs, topics, replicas=replicas)
+        c = GroupCoordinator(partitions, topics, config, 0, 1, leads=partitions.leads, fenced=partitions.in_doubt)
         replicas.on_leadership = lambda topic, p, leading: c.leadership_changed(p, leading)
         topics.apply(link.image())
         replicas.apply(link.image())
         mine, theirs = group_in(0), group_in(1)
         asked = [("events", [0])]
-        committed = (E.NONE, [("events", 0, 7, -1, "", E.NONE)])
+        committed = FetchedOffsets(ErrorCode.none, [FetchedOffset("events", 0, 7, -1, "")])
 
-        joined = await c.join_group(mine, "", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
-        member = joined[5]
-        assert (await c.sync_group(mine, 1, member, None, None, None, [(member, b"a")]))[0] == E.NONE
-        assert await c.offset_commit(mine, 1, member, None, [("events", 0, 7, -1, "")], 9) == [("events", 0, E.NONE)]
-        assert c.offset_fetch(mine, asked, False) == committed
-        assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR  # another broker leads it
+        def fetch(group_id):
+            return c.offset_fetch(OffsetFetch(group_id, asked))
+
+        def heartbeat():
+            return c.heartbeat(Heartbeat(mine, 1, member)).error
+
+        def commit(offset):
+            return c.offset_commit(OffsetCommit(mine, 1, member, None, [("events", 0, offset, -1, "")], 9))
+
+        joined = await c.join_group(JoinGroup(mine, "", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False))
+        member = joined.member_id
+        assert (await c.sync_group(SyncGroup(mine, 1, member, None, None, None, [(member, b"a")]))).error == ErrorCode.none
+        assert (await commit(7)).partitions == [PartitionError("events", 0, ErrorCode.none)]
+        assert fetch(mine) == committed
+        assert fetch(theirs).error == ErrorCode.not_coordinator  # another broker leads it
 
         # the connection to ZooKeeper is lost: the session may live, so this broker coordinates on
         replicas.set_session(Session.SUSPENDED)
-        assert replicas.leads(OFFSETS_TOPIC, 0) and not replicas.fenced(OFFSETS_TOPIC, 0)
-        assert c.offset_fetch(mine, asked, False) == committed
+        assert partitions.leads(OFFSETS_TOPIC, 0) and not partitions.in_doubt(OFFSETS_TOPIC, 0)
+        assert fetch(mine) == committed
 
-        # the session expired: leadership fenced, and this broker still the coordinator
+        # the session expired: leadership in doubt, and this broker still the coordinator
         replicas.set_session(Session.EXPIRED)
-        assert replicas.fenced(OFFSETS_TOPIC, 0) and not replicas.leads(OFFSETS_TOPIC, 0)
-        assert not replicas.fenced(OFFSETS_TOPIC, 1)
-        assert c.offset_fetch(mine, asked, False) == (E.COORDINATOR_LOAD_IN_PROGRESS, [])
-        assert c.heartbeat(mine, 1, member, None) == E.COORDINATOR_LOAD_IN_PROGRESS
-        assert (await c.sync_group(mine, 1, member, None, None, None, []))[0] == E.COORDINATOR_LOAD_IN_PROGRESS
-        assert (await c.offset_commit(mine, 1, member, None, [("events", 0, 8, -1, "")], 9)) \
-            == [("events", 0, E.COORDINATOR_LOAD_IN_PROGRESS)]
-        assert c.offset_fetch(theirs, asked, False)[0] == E.NOT_COORDINATOR
+        assert partitions.in_doubt(OFFSETS_TOPIC, 0) and not partitions.leads(OFFSETS_TOPIC, 0)
+        assert not partitions.in_doubt(OFFSETS_TOPIC, 1)
+        assert fetch(mine).error == ErrorCode.coordinator_load_in_progress
+        assert heartbeat() == ErrorCode.coordinator_load_in_progress
+        assert (await c.sync_group(SyncGroup(mine, 1, member, None, None, None, []))).error == \
+            ErrorCode.coordinator_load_in_progress
+        assert (await commit(8)).partitions == [PartitionError("events", 0, ErrorCode.coordinator_load_in_progress)]
+        assert fetch(theirs).error == ErrorCode.not_coordinator
         replicas.set_session(Session.CONNECTED)
         replicas.apply(link.image())
-        assert c.offset_fetch(mine, asked, False) == committed  # the group and its offsets are still here
-        assert c.heartbeat(mine, 1, member, None) == E.NONE
+        assert fetch(mine) == committed  # the group and its offsets are still here
+        assert heartbeat() == ErrorCode.none
 
-        # a pause of the worker (no tick for over half the session timeout): fenced until
+        # a pause of the worker (no tick for over half the session timeout): in doubt until
         # the states are read again, then coordinating as before
-        SkewedTime.skew += SESSION_MS / 1000
-        assert c.offset_fetch(mine, asked, False) == (E.COORDINATOR_LOAD_IN_PROGRESS, [])
-        assert (await c.join_group(mine, member, None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False))[0] \
-            == E.COORDINATOR_LOAD_IN_PROGRESS
-        await until(lambda: replicas.leads(OFFSETS_TOPIC, 0))
+        clock.skew += SESSION_MS / 1000
+        assert fetch(mine).error == ErrorCode.coordinator_load_in_progress
+        assert (await c.join_group(JoinGroup(mine, member, None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS,
+                                             False))).error == ErrorCode.coordinator_load_in_progress
+        await until(lambda: partitions.leads(OFFSETS_TOPIC, 0))
         assert link.rereads == 1
-        assert c.offset_fetch(mine, asked, False) == committed
-        assert c.heartbeat(mine, 1, member, None) == E.NONE
+        assert fetch(mine) == committed
+        assert heartbeat() == ErrorCode.none
 
         # leadership moved away: now it is another broker's group
         moved = image()
         moved.states[(OFFSETS_TOPIC, 0)] = znodes.PartitionState(OTHER, 1, [OTHER, ME], 1, 1)
         replicas.apply(moved)
-        assert c.offset_fetch(mine, asked, False)[0] == E.NOT_COORDINATOR
+        assert fetch(mine).error == ErrorCode.not_coordinator
         c.close()
         await replicas.close()
         logs.close()

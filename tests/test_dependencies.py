@@ -19,6 +19,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker"
 
 # package -> hpbroker packages it may import
 ALLOWED = {
+    # the processes: a worker never reaches into the acceptor, the CLI never into a worker
+    "acceptor": {"cluster", "kernels", "records", "server", "storage", "workers"},
+    "cli": {"acceptor", "cluster", "kernels", "records", "server", "spark", "storage", "zkconsumer"},
+    "server": {"storage"},
+    "workers": {"cluster", "kernels", "protocol", "records", "replication", "server", "storage"},
+    # the libraries below them
     "cluster": {"protocol"},
     "kernels": set(),
     "protocol": set(),
@@ -26,11 +32,12 @@ ALLOWED = {
     "replication": {"protocol", "storage", "records", "kernels"},
     "spark": {"storage", "kernels", "records"},
     "storage": {"kernels", "records"},
-    "zkconsumer": {"cluster", "kernels", "replication", "records"},
+    "zkconsumer": {"cluster", "kernels", "protocol", "records"},
 }
 # Top-level modules every package may import; they import nothing of hpbroker
-# (Kafka's error table, the varint codec and the clock are shared by wire and disk).
-LEAVES = {"clock", "errors", "varint"}
+# (Kafka's error table, its special values, the varint codec and the clock are shared by
+# wire and disk).
+LEAVES = {"clock", "errors", "sentinels", "varint"}
 
 # Names with a leading underscore that are public where they come from: the
 # namedtuple API, and librdkafka's local error codes as confluent-kafka spells them.

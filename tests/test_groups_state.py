@@ -13,14 +13,16 @@ import time
 
 import pytest
 
-from hpbroker import errors as E
+from hpbroker.errors import ErrorCode
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import group_partition
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.clock import now_ms
-from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig, LoopClock
-from hpbroker.workers.partitions import PartitionService
+from hpbroker.clock import SYSTEM, now_ms
+from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig
+from hpbroker.workers.owner_calls import (DeleteGroup, DescribeGroup, Heartbeat, JoinedMember, JoinGroup, OffsetCommit,
+                                          OffsetDelete, OffsetFetch, SyncGroup, SyncResult)
+from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.topics import TopicRegistry
 
 NO_DELAY = GroupConfig(initial_rebalance_delay_ms=0)
@@ -100,8 +102,8 @@ async def join(group, member_id="", *, client="c", session=1000, rebalance=1000,
 async def join_new(group, **kw):
     """The v4+ two-step join: MEMBER_ID_REQUIRED, then join with the id."""
     first = await join(group, **kw)
-    assert first[0] == E.MEMBER_ID_REQUIRED and first[5]
-    return await join(group, first[5], **kw)
+    assert first.error == ErrorCode.member_id_required and first.member_id
+    return await join(group, first.member_id, **kw)
 
 
 async def stable_pair(g, clock, *, session=1000, rebalance=1000):
@@ -109,11 +111,11 @@ async def stable_pair(g, clock, *, session=1000, rebalance=1000):
     a = await join_new(g, client="a", session=session, rebalance=rebalance)
     b_join = asyncio.ensure_future(join_new(g, client="b", session=session, rebalance=rebalance))
     await until(lambda: g.state == PREPARING)
-    a = await join(g, a[5], client="a", session=session, rebalance=rebalance)
+    a = await join(g, a.member_id, client="a", session=session, rebalance=rebalance)
     b = await b_join
-    assert a[1] == b[1] == 2
-    await asyncio.gather(g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")]),
-                         g.sync(b[5], None, 2, None, None, []))
+    assert a.generation == b.generation == 2
+    await asyncio.gather(g.sync(a.member_id, None, 2, None, None, [(a.member_id, b"A"), (b.member_id, b"B")]),
+                         g.sync(b.member_id, None, 2, None, None, []))
     assert g.state == STABLE
     return a, b
 
@@ -121,18 +123,20 @@ async def stable_pair(g, clock, *, session=1000, rebalance=1000):
 def test_member_id_required_then_a_single_member_group_completes():
     async def scenario():
         g, clock = group()
-        error, generation, ptype, pname, leader, member_id, members, _ = await join_new(g)
-        assert (error, generation, ptype, pname, leader) == (E.NONE, 1, "consumer", "range", member_id)
-        assert members == [(member_id, None, b"r")]
+        joined = await join_new(g)
+        member_id = joined.member_id
+        assert (joined.error, joined.generation, joined.protocol_type, joined.protocol_name, joined.leader) == (
+            ErrorCode.none, 1, "consumer", "range", member_id)
+        assert joined.members == [JoinedMember(member_id, None, b"r")]
         assert g.state == COMPLETING and g.state_timestamp == START_MS
         await clock.advance(5)
-        assert await g.sync(member_id, None, 1, "consumer", "range", [(member_id, b"A")]) == (
-            E.NONE, "consumer", "range", b"A")
+        assert await g.sync(member_id, None, 1, "consumer", "range", [(member_id, b"A")]) == SyncResult(
+            ErrorCode.none, "consumer", "range", b"A")
         assert g.state == STABLE and g.state_timestamp == START_MS + 5  # timestamps come from the clock
-        assert g.heartbeat(member_id, None, 1) == E.NONE
-        assert g.heartbeat(member_id, None, 0) == E.ILLEGAL_GENERATION
-        assert g.heartbeat("nobody", None, 1) == E.UNKNOWN_MEMBER_ID
-        assert g.leave(member_id, None) == E.NONE
+        assert g.heartbeat(member_id, None, 1) == ErrorCode.none
+        assert g.heartbeat(member_id, None, 0) == ErrorCode.illegal_generation
+        assert g.heartbeat("nobody", None, 1) == ErrorCode.unknown_member_id
+        assert g.leave(member_id, None) == ErrorCode.none
         assert g.state == EMPTY and g.generation == 2  # the last member left: no rebalance to wait for
         g.close()
     run(scenario())
@@ -142,12 +146,12 @@ def test_a_member_id_handed_out_is_forgotten_after_the_session_timeout():
     async def scenario():
         g, clock = group()
         first = await join(g, session=300)
-        assert first[0] == E.MEMBER_ID_REQUIRED and first[5] in g.pending
+        assert first.error == ErrorCode.member_id_required and first.member_id in g.pending
         await clock.advance(299)
-        assert first[5] in g.pending
+        assert first.member_id in g.pending
         await clock.advance(1)
-        assert first[5] not in g.pending
-        assert (await join(g, first[5], session=300))[0] == E.UNKNOWN_MEMBER_ID
+        assert first.member_id not in g.pending
+        assert (await join(g, first.member_id, session=300)).error == ErrorCode.unknown_member_id
         g.close()
     run(scenario())
 
@@ -156,21 +160,21 @@ def test_two_members_the_followers_sync_waits_for_the_leader():
     async def scenario():
         g, clock = group()
         a = await join_new(g, client="a")
-        first = a[5]
+        first = a.member_id
         assert g.state == COMPLETING
         # b joins: the group goes back to PreparingRebalance; a must rejoin
         b_join = asyncio.ensure_future(join_new(g, client="b"))
         await until(lambda: g.state == PREPARING)
-        assert g.heartbeat(first, None, 1) == E.REBALANCE_IN_PROGRESS
+        assert g.heartbeat(first, None, 1) == ErrorCode.rebalance_in_progress
         a2 = await join(g, first, client="a")
         b = await b_join
-        assert a2[1] == b[1] == 2 and a2[4] == b[4] == first  # same generation, a leads
-        assert len(a2[6]) == 2 and b[6] == []  # only the leader sees the members
-        follower = asyncio.ensure_future(g.sync(b[5], None, 2, None, None, []))
+        assert a2.generation == b.generation == 2 and a2.leader == b.leader == first  # same generation, a leads
+        assert len(a2.members) == 2 and b.members == []  # only the leader sees the members
+        follower = asyncio.ensure_future(g.sync(b.member_id, None, 2, None, None, []))
         await clock.advance(500)  # well inside every timeout: only the leader's sync releases it
         assert not follower.done()
-        assert (await g.sync(first, None, 2, None, None, [(first, b"A"), (b[5], b"B")]))[3] == b"A"
-        assert (await follower)[3] == b"B"
+        assert (await g.sync(first, None, 2, None, None, [(first, b"A"), (b.member_id, b"B")])).assignment == b"A"
+        assert (await follower).assignment == b"B"
         g.close()
     run(scenario())
 
@@ -184,22 +188,22 @@ def test_a_follower_whose_session_ran_out_during_sync_is_still_expired_later():
         a = await join_new(g, client="a", session=100)
         b_join = asyncio.ensure_future(join_new(g, client="b", session=100))
         await until(lambda: g.state == PREPARING)
-        a2 = await join(g, a[5], client="a", session=100)
+        a2 = await join(g, a.member_id, client="a", session=100)
         b = await b_join
-        follower = asyncio.ensure_future(g.sync(b[5], None, b[1], None, None, []))
+        follower = asyncio.ensure_future(g.sync(b.member_id, None, b.generation, None, None, []))
         for _ in range(8):  # 240 ms: past b's session, a heartbeating
-            assert g.heartbeat(a[5], None, a2[1]) == E.NONE
+            assert g.heartbeat(a.member_id, None, a2.generation) == ErrorCode.none
             await clock.advance(30)
-        assert b[5] in g.members and not follower.done()
-        await g.sync(a[5], None, a2[1], None, None, [(a[5], b"A"), (b[5], b"B")])
-        assert (await follower)[3] == b"B" and g.state == STABLE
+        assert b.member_id in g.members and not follower.done()
+        await g.sync(a.member_id, None, a2.generation, None, None, [(a.member_id, b"A"), (b.member_id, b"B")])
+        assert (await follower).assignment == b"B" and g.state == STABLE
         for _ in range(3):  # 90 ms after the assignment: b's new session has not run out
-            g.heartbeat(a[5], None, g.generation)
+            g.heartbeat(a.member_id, None, g.generation)
             await clock.advance(30)
-        assert b[5] in g.members
-        g.heartbeat(a[5], None, g.generation)
+        assert b.member_id in g.members
+        g.heartbeat(a.member_id, None, g.generation)
         await clock.advance(10)
-        assert b[5] not in g.members and a[5] in g.members  # b went silent after its assignment
+        assert b.member_id not in g.members and a.member_id in g.members  # b went silent after its assignment
         g.close()
     run(scenario())
 
@@ -216,9 +220,9 @@ def test_protocol_with_most_votes_among_common_ones_wins():
         await clock.advance(50)
         results = await asyncio.gather(*joins)
         # sticky is not common; range has 2 first-choice votes among {range, roundrobin}
-        assert {r[3] for r in results} == {"range"}
+        assert {r.protocol_name for r in results} == {"range"}
         bad = await join(g, protocols=[("other", b"")], require_known=False)
-        assert bad[0] == E.INCONSISTENT_GROUP_PROTOCOL
+        assert bad.error == ErrorCode.inconsistent_group_protocol
         g.close()
     run(scenario())
 
@@ -236,7 +240,7 @@ def test_initial_rebalance_delay_gathers_members_into_one_generation():
         assert not a.done() and not b.done() and g.state == PREPARING
         await clock.advance(1)
         ra, rb = await a, await b
-        assert ra[1] == rb[1] == 1 and {ra[5], rb[5]} == set(g.members)
+        assert ra.generation == rb.generation == 1 and {ra.member_id, rb.member_id} == set(g.members)
         g.close()
     run(scenario())
 
@@ -248,7 +252,7 @@ def test_a_quiet_initial_delay_is_not_extended():
         await clock.advance(99)
         assert not a.done()
         await clock.advance(1)
-        assert (await a)[1] == 1
+        assert (await a).generation == 1
         g.close()
     run(scenario())
 
@@ -259,13 +263,13 @@ def test_a_member_that_stops_heartbeating_is_removed_and_the_rest_rebalance():
         a, b = await stable_pair(g, clock, session=200)
         for _ in range(2):  # only a keeps heartbeating
             await clock.advance(90)
-            g.heartbeat(a[5], None, 2)
-        assert b[5] in g.members and g.state == STABLE  # 180 ms: inside b's session
+            g.heartbeat(a.member_id, None, 2)
+        assert b.member_id in g.members and g.state == STABLE  # 180 ms: inside b's session
         await clock.advance(20)
-        assert b[5] not in g.members and g.state == PREPARING
-        assert g.heartbeat(b[5], None, 2) == E.UNKNOWN_MEMBER_ID
-        again = await join(g, a[5], session=200)
-        assert again[1] == 3 and [m[0] for m in again[6]] == [a[5]]
+        assert b.member_id not in g.members and g.state == PREPARING
+        assert g.heartbeat(b.member_id, None, 2) == ErrorCode.unknown_member_id
+        again = await join(g, a.member_id, session=200)
+        assert again.generation == 3 and [m.member_id for m in again.members] == [a.member_id]
         g.close()
     run(scenario())
 
@@ -276,9 +280,9 @@ def test_a_commit_counts_as_a_heartbeat():
         a, b = await stable_pair(g, clock, session=200)
         for _ in range(3):
             await clock.advance(150)
-            g.heartbeat(a[5], None, 2)
-            g.touch(b[5])
-        assert set(g.members) == {a[5], b[5]} and g.state == STABLE
+            g.heartbeat(a.member_id, None, 2)
+            g.touch(b.member_id)
+        assert set(g.members) == {a.member_id, b.member_id} and g.state == STABLE
         g.close()
     run(scenario())
 
@@ -287,13 +291,13 @@ def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_dropped():
     async def scenario():
         g, clock = group()
         a = await join_new(g, session=5000, rebalance=150)
-        await g.sync(a[5], None, 1, None, None, [])
+        await g.sync(a.member_id, None, 1, None, None, [])
         b_join = asyncio.ensure_future(join_new(g, session=5000, rebalance=150))  # a never rejoins
         await clock.advance(149)
-        assert not b_join.done() and a[5] in g.members
+        assert not b_join.done() and a.member_id in g.members
         await clock.advance(1)
         b = await b_join
-        assert b[1] == 2 and a[5] not in g.members and b[4] == b[5]
+        assert b.generation == 2 and a.member_id not in g.members and b.leader == b.member_id
         g.close()
     run(scenario())
 
@@ -304,15 +308,15 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
         a = await join_new(g, client="a", session=5000, rebalance=300)
         b_join = asyncio.ensure_future(join_new(g, client="b", session=5000, rebalance=300))
         await until(lambda: g.state == PREPARING)
-        a = await join(g, a[5], client="a", session=5000, rebalance=300)
+        a = await join(g, a.member_id, client="a", session=5000, rebalance=300)
         b = await b_join
         await clock.advance(100)
-        await g.sync(a[5], None, 2, None, None, [(a[5], b"A"), (b[5], b"B")])  # b never sends SyncGroup
-        assert g.state == STABLE and g.pending_sync == {b[5]}
+        await g.sync(a.member_id, None, 2, None, None, [(a.member_id, b"A"), (b.member_id, b"B")])  # b never sends SyncGroup
+        assert g.state == STABLE and g.pending_sync == {b.member_id}
         await clock.advance(199)
-        assert b[5] in g.members
+        assert b.member_id in g.members
         await clock.advance(1)  # 300 ms after the join completed
-        assert b[5] not in g.members and g.state == PREPARING
+        assert b.member_id not in g.members and g.state == PREPARING
         g.close()
     run(scenario())
 
@@ -321,19 +325,19 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
     async def scenario():
         g, clock = group()
         leader = await join(g, instance="i-1", client="a")
-        assert leader[0] == E.NONE  # static members skip MEMBER_ID_REQUIRED
+        assert leader.error == ErrorCode.none  # static members skip MEMBER_ID_REQUIRED
         f_join = asyncio.ensure_future(join(g, instance="i-2", client="b"))
         await until(lambda: g.state == PREPARING)
-        leader = await join(g, leader[5], instance="i-1", client="a")
+        leader = await join(g, leader.member_id, instance="i-1", client="a")
         follower = await f_join
-        await asyncio.gather(g.sync(leader[5], "i-1", 2, None, None, [(leader[5], b"A"), (follower[5], b"B")]),
-                             g.sync(follower[5], "i-2", 2, None, None, []))
+        await asyncio.gather(g.sync(leader.member_id, "i-1", 2, None, None, [(leader.member_id, b"A"), (follower.member_id, b"B")]),
+                             g.sync(follower.member_id, "i-2", 2, None, None, []))
         # the follower restarts: same instance id, no member id -> no rebalance, same assignment
         back = await join(g, instance="i-2", client="b")
-        assert back[0] == E.NONE and back[1] == 2 and back[5] != follower[5] and g.state == STABLE
-        assert (await g.sync(back[5], "i-2", 2, None, None, []))[3] == b"B"
-        assert g.heartbeat(follower[5], "i-2", 2) == E.FENCED_INSTANCE_ID
-        assert g.leave("", "i-2") == E.NONE and g.state == PREPARING
+        assert back.error == ErrorCode.none and back.generation == 2 and back.member_id != follower.member_id and g.state == STABLE
+        assert (await g.sync(back.member_id, "i-2", 2, None, None, [])).assignment == b"B"
+        assert g.heartbeat(follower.member_id, "i-2", 2) == ErrorCode.fenced_instance_id
+        assert g.leave("", "i-2") == ErrorCode.none and g.state == PREPARING
         g.close()
     run(scenario())
 
@@ -342,9 +346,9 @@ def test_sync_errors():
     async def scenario():
         g, clock = group()
         a = await join_new(g)
-        assert (await g.sync(a[5], None, 7, None, None, []))[0] == E.ILLEGAL_GENERATION
-        assert (await g.sync("who", None, 1, None, None, []))[0] == E.UNKNOWN_MEMBER_ID
-        assert (await g.sync(a[5], None, 1, "consumer", "roundrobin", []))[0] == E.INCONSISTENT_GROUP_PROTOCOL
+        assert (await g.sync(a.member_id, None, 7, None, None, [])).error == ErrorCode.illegal_generation
+        assert (await g.sync("who", None, 1, None, None, [])).error == ErrorCode.unknown_member_id
+        assert (await g.sync(a.member_id, None, 1, "consumer", "roundrobin", [])).error == ErrorCode.inconsistent_group_protocol
         g.close()
     run(scenario())
 
@@ -356,8 +360,8 @@ def test_close_stops_every_timer_and_answers_the_waiters():
         pending = await join(g, session=300)
         await settle()
         g.close()
-        assert (await waiting)[0] == E.NOT_COORDINATOR
-        assert all(timer.cancelled for _, _, timer in clock.timers) and pending[5] not in g.pending
+        assert (await waiting).error == ErrorCode.not_coordinator
+        assert all(timer.cancelled for _, _, timer in clock.timers) and pending.member_id not in g.pending
         await clock.advance(10_000)  # nothing left to fire
         assert g.generation == 0
     run(scenario())
@@ -367,12 +371,12 @@ def test_the_live_clock_arms_loop_timers_in_milliseconds():
     async def scenario():
         loop = asyncio.get_running_loop()
         fired = loop.create_future()
-        handle = LoopClock().call_later(1500, fired.set_result, "late")
+        handle = SYSTEM.call_later(1500, fired.set_result, "late")
         assert handle.when() - loop.time() == pytest.approx(1.5, abs=0.2)
         handle.cancel()
-        LoopClock().call_later(0, fired.set_result, "now")
+        SYSTEM.call_later(0, fired.set_result, "now")
         assert await fired == "now"
-        assert abs(LoopClock().now_ms() - time.time() * 1000) < 1000
+        assert abs(SYSTEM.now_ms() - time.time() * 1000) < 1000
     run(scenario())
 
 
@@ -384,43 +388,62 @@ def make_coordinator(tmp_path, leads=None, **overrides):
     os.makedirs(log_dir, exist_ok=True)
     topics = TopicRegistry([log_dir], LogConfig())
     logs = LogManager([log_dir], LogConfig(), config_for=topics.config_for).open(clean_shutdown=True)
-    service = PartitionService(logs, topics)
-    return GroupCoordinator(service, topics, config, 0, 1, leads=leads), topics, logs
+    return GroupCoordinator(Partitions(logs, topics), topics, config, 0, 1, leads=leads), topics, logs
+
+
+async def join_group(c, group_id, member_id="", session=6000, require_known=False):
+    return await c.join_group(JoinGroup(group_id, member_id, None, "cli", "/h", session, session, "consumer",
+                                        PROTOCOLS, require_known))
+
+
+async def commit(c, group_id, generation, member_id, partitions, version=9) -> list:
+    """(topic, partition, error) of each committed partition."""
+    done = await c.offset_commit(OffsetCommit(group_id, generation, member_id, None, partitions, version))
+    return [(x.topic, x.partition, x.error) for x in done.partitions]
+
+
+def fetch(c, group_id, topics=None, require_stable=False) -> tuple:
+    """(error, [(topic, partition, offset, leader epoch, metadata, error)])."""
+    fetched = c.offset_fetch(OffsetFetch(group_id, topics, require_stable))
+    return fetched.error, [(x.topic, x.partition, x.offset, x.leader_epoch, x.metadata, x.error)
+                           for x in fetched.partitions]
 
 
 def test_commits_and_group_metadata_survive_a_reload(tmp_path):
     async def first():
         c, topics, logs = make_coordinator(tmp_path)
-        topics.create("events", 2)
-        j = await c.join_group("g", "", None, "cli", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
-        await c.sync_group("g", 1, j[5], None, None, None, [(j[5], b"assign")])
-        assert await c.offset_commit("g", 1, j[5], None, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)], 9) \
-            == [("events", 0, E.NONE), ("events", 1, E.NONE)]
-        assert await c.offset_commit("g", 5, j[5], None, [("events", 0, 11, 3, "")], 9) == [("events", 0, E.ILLEGAL_GENERATION)]
-        assert await c.offset_commit("simple", -1, "", None, [("events", 0, 5, -1, "")], 9) == [("events", 0, E.NONE)]
-        assert (await c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 9))[0][2] == E.GROUP_ID_NOT_FOUND
-        assert (await c.offset_commit("nogroup", 3, "m", None, [("events", 0, 5, -1, "")], 8))[0][2] == E.ILLEGAL_GENERATION
-        assert c.delete_group("g") == E.NON_EMPTY_GROUP
-        assert c.delete_group("simple") == E.NONE
-        assert c.delete_group("simple") == E.GROUP_ID_NOT_FOUND
+        await topics.create("events", 2)
+        await c.ensure_offsets_topic()  # as FindCoordinator does
+        j = await join_group(c, "g")
+        await c.sync_group(SyncGroup("g", 1, j.member_id, None, None, None, [(j.member_id, b"assign")]))
+        assert await commit(c, "g", 1, j.member_id, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)]) \
+            == [("events", 0, ErrorCode.none), ("events", 1, ErrorCode.none)]
+        assert await commit(c, "g", 5, j.member_id, [("events", 0, 11, 3, "")]) == [("events", 0, ErrorCode.illegal_generation)]
+        assert await commit(c, "simple", -1, "", [("events", 0, 5, -1, "")]) == [("events", 0, ErrorCode.none)]
+        assert (await commit(c, "nogroup", 3, "m", [("events", 0, 5, -1, "")]))[0][2] == ErrorCode.group_id_not_found
+        assert (await commit(c, "nogroup", 3, "m", [("events", 0, 5, -1, "")], 8))[0][2] == ErrorCode.illegal_generation
+        assert c.delete_group(DeleteGroup("g")).error == ErrorCode.non_empty_group
+        assert c.delete_group(DeleteGroup("simple")).error == ErrorCode.none
+        assert c.delete_group(DeleteGroup("simple")).error == ErrorCode.group_id_not_found
         assert topics.get("__consumer_offsets").configs["cleanup.policy"] == "compact"
         c.close()
         logs.close()
-        return j[5]
+        return j.member_id
 
     async def second(member_id):
         c, topics, logs = make_coordinator(tmp_path)
         c.start()
-        assert c.offset_fetch("g", None, False)[0] == E.COORDINATOR_LOAD_IN_PROGRESS
-        await until(lambda: c.offset_fetch("g", None, False)[0] != E.COORDINATOR_LOAD_IN_PROGRESS)
-        assert c.offset_fetch("g", None, True) == (E.NONE, [("events", 0, 10, 3, "meta", E.NONE),
-                                                             ("events", 1, 20, 3, "", E.NONE)])
-        assert c.offset_fetch("g", [("events", [0, 5])], False)[1][1] == ("events", 5, -1, -1, "", E.NONE)
-        error, state, ptype, pdata, members = c.describe_group("g")
-        assert (error, state, ptype, pdata) == (E.NONE, STABLE, "consumer", "range")
-        assert [(m[0], m[5]) for m in members] == [(member_id, b"assign")]
-        assert c.describe_group("simple")[0] == E.GROUP_ID_NOT_FOUND
-        assert c.heartbeat("g", 1, member_id, None) == E.NONE  # members resume after a coordinator move
+        assert fetch(c, "g")[0] == ErrorCode.coordinator_load_in_progress
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
+        assert fetch(c, "g", require_stable=True) == (ErrorCode.none, [("events", 0, 10, 3, "meta", ErrorCode.none),
+                                                               ("events", 1, 20, 3, "", ErrorCode.none)])
+        assert fetch(c, "g", [("events", [0, 5])])[1][1] == ("events", 5, -1, -1, "", ErrorCode.none)
+        described = c.describe_group(DescribeGroup("g"))
+        assert (described.error, described.state, described.protocol_type, described.protocol_data) == (
+            ErrorCode.none, STABLE.value, "consumer", "range")
+        assert [(m.member_id, m.assignment) for m in described.members] == [(member_id, b"assign")]
+        assert c.describe_group(DescribeGroup("simple")).error == ErrorCode.group_id_not_found
+        assert c.heartbeat(Heartbeat("g", 1, member_id)).error == ErrorCode.none  # members resume after a coordinator move
         c.close()
         logs.close()
 
@@ -435,8 +458,9 @@ def test_a_leadership_change_while_loading_voids_the_load(tmp_path):
 
     async def first():
         c, topics, logs = make_coordinator(tmp_path)
-        topics.create("events", 1)
-        assert await c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9) == [("events", 0, E.NONE)]
+        await topics.create("events", 1)
+        await c.ensure_offsets_topic()
+        assert await commit(c, "g", -1, "", [("events", 0, 10, -1, "")]) == [("events", 0, ErrorCode.none)]
         c.close()
         logs.close()
 
@@ -444,10 +468,10 @@ def test_a_leadership_change_while_loading_voids_the_load(tmp_path):
         c, topics, logs = make_coordinator(tmp_path)
         c.start()
         await asyncio.sleep(0)  # each load replays its first chunk, then yields
-        assert p in c._loading
+        assert fetch(c, "g")[0] == ErrorCode.coordinator_load_in_progress
         c.leadership_changed(p, True)
-        await until(lambda: not c._loading)
-        assert c.offset_fetch("g", None, False) == (E.NONE, [("events", 0, 10, -1, "", E.NONE)])
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
+        assert fetch(c, "g") == (ErrorCode.none, [("events", 0, 10, -1, "", ErrorCode.none)])
         c.close()
         logs.close()
 
@@ -458,9 +482,10 @@ def test_a_leadership_change_while_loading_voids_the_load(tmp_path):
 def test_a_worker_replays_only_the_offsets_partitions_it_leads(tmp_path):
     async def first():
         c, topics, logs = make_coordinator(tmp_path)
-        topics.create("events", 1)
+        await topics.create("events", 1)
+        await c.ensure_offsets_topic()
         for group_id in ("g", "h"):
-            await c.offset_commit(group_id, -1, "", None, [("events", 0, 10, -1, "")], 9)
+            await commit(c, group_id, -1, "", [("events", 0, 10, -1, "")])
         c.close()
         logs.close()
 
@@ -468,12 +493,12 @@ def test_a_worker_replays_only_the_offsets_partitions_it_leads(tmp_path):
         leading = {group_partition("g", 4)}
         c, topics, logs = make_coordinator(tmp_path, leads=lambda topic, partition: partition in leading)
         c.start()
-        await until(lambda: not c._loading)
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
         assert set(c.groups) == {"g"}  # h's partition is another broker's: nothing of it here
-        assert c.offset_fetch("h", None, False)[0] == E.NOT_COORDINATOR
+        assert fetch(c, "h")[0] == ErrorCode.not_coordinator
         leading.add(group_partition("h", 4))
         c.leadership_changed(group_partition("h", 4), True)
-        assert c.offset_fetch("h", None, False) == (E.NONE, [("events", 0, 10, -1, "", E.NONE)])
+        assert fetch(c, "h") == (ErrorCode.none, [("events", 0, 10, -1, "", ErrorCode.none)])
         c.close()
         logs.close()
 
@@ -485,12 +510,15 @@ def test_a_worker_replays_only_the_offsets_partitions_it_leads(tmp_path):
 def test_offset_delete_and_expiry(tmp_path):
     async def scenario():
         c, topics, logs = make_coordinator(tmp_path, **{"offsets.retention.minutes": "1"})
-        topics.create("events", 1)
-        await c.offset_commit("g", -1, "", None, [("events", 0, 10, -1, "")], 9)
-        await c.offset_commit("h", -1, "", None, [("events", 0, 1, -1, "")], 9)
-        assert c.offset_delete("g", [("events", 0)]) == (E.NONE, [("events", 0, E.NONE)])
-        assert c.offset_fetch("g", [("events", [0])], False)[1][0][2] == -1
-        assert c.offset_delete("zzz", [("events", 0)])[0] == E.GROUP_ID_NOT_FOUND
+        await topics.create("events", 1)
+        await c.ensure_offsets_topic()
+        await commit(c, "g", -1, "", [("events", 0, 10, -1, "")])
+        await commit(c, "h", -1, "", [("events", 0, 1, -1, "")])
+        deleted = c.offset_delete(OffsetDelete("g", [("events", 0)]))
+        assert (deleted.error, [(x.topic, x.partition, x.error) for x in deleted.partitions]) == (
+            ErrorCode.none, [("events", 0, ErrorCode.none)])
+        assert fetch(c, "g", [("events", [0])])[1][0][2] == -1
+        assert c.offset_delete(OffsetDelete("zzz", [("events", 0)])).error == ErrorCode.group_id_not_found
         assert c.expire_offsets(now_ms()) == 0
         assert c.expire_offsets(now_ms() + 61_000) == 1  # h's commit is older than the retention
         assert "h" not in c.groups and "g" not in c.groups  # empty groups without offsets go too
@@ -502,16 +530,14 @@ def test_offset_delete_and_expiry(tmp_path):
 def test_session_timeout_bounds_and_ownership(tmp_path):
     async def scenario():
         c, topics, logs = make_coordinator(tmp_path)
-        assert (await c.join_group("g", "", None, "c", "/h", 10, 10, "consumer", PROTOCOLS, True))[0] \
-            == E.INVALID_SESSION_TIMEOUT
-        assert (await c.join_group("g", "unknown", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, True))[0] \
-            == E.UNKNOWN_MEMBER_ID
-        assert (await c.join_group("", "", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, True))[0] \
-            == E.INVALID_GROUP_ID
+        await c.ensure_offsets_topic()
+        assert (await join_group(c, "g", session=10, require_known=True)).error == ErrorCode.invalid_session_timeout
+        assert (await join_group(c, "g", "unknown", require_known=True)).error == ErrorCode.unknown_member_id
+        assert (await join_group(c, "", require_known=True)).error == ErrorCode.invalid_group_id
         c.workers = 2  # pretend another worker owns half the partitions
         foreign = next(g for g in (f"g{i}" for i in range(100))
-                       if c._check(g) == E.NOT_COORDINATOR)
-        assert c.heartbeat(foreign, 1, "m", None) == E.NOT_COORDINATOR
+                       if c.heartbeat(Heartbeat(g, 1, "m")).error == ErrorCode.not_coordinator)
+        assert c.describe_group(DescribeGroup(foreign)).error == ErrorCode.not_coordinator
         c.close()
         logs.close()
     run(scenario())
@@ -521,11 +547,12 @@ def test_a_restarted_static_leader_gets_no_leadership_and_no_rebalance():
     async def scenario():
         g, clock = group()
         leader = await join(g, instance="i-1")
-        await g.sync(leader[5], "i-1", 1, None, None, [(leader[5], b"A")])
+        await g.sync(leader.member_id, "i-1", 1, None, None, [(leader.member_id, b"A")])
         back = await join(g, instance="i-1")
         # the answer names the previous leader id, so the client does not assign
-        assert back[0] == E.NONE and back[1] == 1 and back[4] == leader[5] != back[5] and back[6] == []
-        assert g.leader == back[5] and g.state == STABLE
-        assert (await g.sync(back[5], "i-1", 1, None, None, []))[3] == b"A"
+        assert back.error == ErrorCode.none and back.generation == 1 and back.leader == leader.member_id != back.member_id \
+            and back.members == []
+        assert g.leader == back.member_id and g.state == STABLE
+        assert (await g.sync(back.member_id, "i-1", 1, None, None, [])).assignment == b"A"
         g.close()
     run(scenario())

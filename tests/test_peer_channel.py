@@ -1,6 +1,7 @@
-"""The intra-broker channel (``hpbroker/workers/peers.py``): a PeerServer and a
-PeerClient over a real abstract Unix socket, in one event loop; for a worker
-that dies or restarts, the server runs in a child process that is killed.
+"""The intra-broker channel (``hpbroker/workers/peers.py``) and the owner client
+(``owners.py``): a PeerServer and a PeerClient over a real abstract Unix socket,
+in one event loop; for a worker that dies or restarts, the server runs in a
+child process that is killed.
 
 Each test uses its own broker tag, so its socket names cannot meet another
 test's (or a running broker's).  Nothing sleeps: a test waits on futures,
@@ -10,11 +11,17 @@ import asyncio
 import itertools
 import logging
 import os
+import struct
 import sys
 
 import pytest
 
-from hpbroker.workers.peers import PeerClient, PeerServer, PeerUnavailable, RemoteServices, UnknownRemoteMethod
+from hpbroker.errors import ErrorCode
+from hpbroker.workers import owner_calls
+from hpbroker.workers.owner_calls import (Append, AppendResult, Done, Failed, Heartbeat, ListedOffset, ListOffset,
+                                          PartitionBounds, PartitionBoundsResult)
+from hpbroker.workers.owners import LocalOwner, Owners
+from hpbroker.workers.peers import PeerClient, PeerServer, PeerUnavailable, socket_name
 
 TIMEOUT_S = 5
 _tags = itertools.count()
@@ -29,49 +36,37 @@ def run(coro):
 
 
 class Target:
-    """What a worker's PartitionService is to the channel: declared methods,
+    """What a worker's services are to the channel: call type -> a method,
     plain or coroutine."""
-
-    REMOTE_METHODS = frozenset({"add", "echo", "wait_for", "fail", "fail_later"})
 
     def __init__(self):
         self.gates: dict[str, asyncio.Event] = {}
         self.entered: dict[str, asyncio.Event] = {}
 
-    def add(self, a, b):
-        return a + b
+    def handlers(self) -> dict:
+        return {Append: self.append, ListOffset: self.list_offset, Heartbeat: self.wait_for}
 
-    async def echo(self, value):
-        await asyncio.sleep(0)
-        return value
+    def append(self, call: Append) -> AppendResult:
+        return AppendResult(ErrorCode.none, base_offset=len(call.records))
 
-    async def wait_for(self, name):
-        """Answers ``name`` once the test opens that gate; says when it got the call."""
+    def list_offset(self, call: ListOffset) -> ListedOffset:
+        if call.timestamp == -99:
+            raise ValueError("disk on fire")
+        if call.timestamp == -98:
+            raise OSError(28, "No space left on device")
+        return ListedOffset(ErrorCode.none, offset=call.timestamp)
+
+    async def wait_for(self, call: Heartbeat) -> Done:
+        """Answers once the test opens the gate named by the member id; says when it got the call."""
+        name = call.member_id
         self.entered.setdefault(name, asyncio.Event()).set()
         await self.gates.setdefault(name, asyncio.Event()).wait()
-        return name
-
-    def fail(self, why):
-        raise ValueError(why)
-
-    async def fail_later(self, why):
-        await asyncio.sleep(0)
-        raise KeyError(why)
-
-    def undeclared(self):
-        return "never called by a peer"
-
-
-class Groups:
-    REMOTE_METHODS = frozenset({"describe"})
-
-    def describe(self, group_id):
-        return ("Stable", group_id, [b"member"])
+        return Done(ErrorCode.none)
 
 
 async def serving(tag: str, index: int = 0) -> tuple[PeerServer, Target]:
     target = Target()
-    server = PeerServer(tag, index, RemoteServices({"target": target, "groups": Groups()}))
+    server = PeerServer(tag, index, LocalOwner(target.handlers()))
     await server.start()
     return server, target
 
@@ -80,17 +75,15 @@ async def entered(target: Target, name: str) -> None:
     await asyncio.wait_for(target.entered.setdefault(name, asyncio.Event()).wait(), TIMEOUT_S)
 
 
-def test_a_call_returns_the_result_of_plain_and_coroutine_methods_of_each_service():
+def test_a_call_returns_its_result_typed_as_declared():
     async def scenario():
         tag = unique_tag()
         server, _ = await serving(tag, 3)
         client = PeerClient(tag)
         try:
-            assert await asyncio.wait_for(client.call(3, "target.add", 2, 40), TIMEOUT_S) == 42
-            assert await asyncio.wait_for(client.call(3, "target.echo", {"k": (1, b"v")}), TIMEOUT_S) == \
-                {"k": (1, b"v")}
-            assert await asyncio.wait_for(client.call(3, "groups.describe", "g"), TIMEOUT_S) == \
-                ("Stable", "g", [b"member"])
+            answer = await asyncio.wait_for(client.call(3, Append("t", 0, b"abc", -1)), TIMEOUT_S)
+            assert answer == AppendResult(ErrorCode.none, base_offset=3)
+            assert isinstance(answer.error, ErrorCode)
         finally:
             client.close()
             server.close()
@@ -103,81 +96,122 @@ def test_concurrent_calls_complete_out_of_order_matched_by_id():
         server, target = await serving(tag)
         client = PeerClient(tag)
         try:
-            slow = asyncio.ensure_future(client.call(0, "target.wait_for", "slow"))
+            slow = asyncio.ensure_future(client.call(0, Heartbeat("g", 1, "slow")))
             await entered(target, "slow")
-            fast = asyncio.ensure_future(client.call(0, "target.wait_for", "fast"))
+            fast = asyncio.ensure_future(client.call(0, Heartbeat("g", 1, "fast")))
             await entered(target, "fast")
             target.gates["fast"].set()
-            assert await asyncio.wait_for(fast, TIMEOUT_S) == "fast"
+            assert await asyncio.wait_for(fast, TIMEOUT_S) == Done(ErrorCode.none)
             assert not slow.done()  # the later call was answered first, on the same connection
             target.gates["slow"].set()
-            assert await asyncio.wait_for(slow, TIMEOUT_S) == "slow"
-            many = await asyncio.wait_for(asyncio.gather(*(client.call(0, "target.echo", i) for i in range(50))),
+            assert await asyncio.wait_for(slow, TIMEOUT_S) == Done(ErrorCode.none)
+            many = await asyncio.wait_for(asyncio.gather(*(client.call(0, ListOffset("t", 0, i)) for i in range(50))),
                                           TIMEOUT_S)
-            assert many == list(range(50))
+            assert [m.offset for m in many] == list(range(50))
         finally:
             client.close()
             server.close()
     run(scenario())
 
 
-UNDECLARED = ["target.undeclared", "target.__init__", "target.gates", "target", "add", "groups.describe.__globals__",
-              "nobody.add"]
-
-
-def test_an_exception_in_the_target_or_an_undeclared_method_comes_back_and_the_server_keeps_serving(caplog):
+def test_a_failure_reads_the_same_from_a_peer_and_from_this_worker(caplog):
+    """A bug is UNKNOWN_SERVER_ERROR, a disk error KAFKA_STORAGE_ERROR, a call
+    nobody serves UNKNOWN_SERVER_ERROR: through the channel and in process alike,
+    and the owner keeps serving."""
     async def scenario():
         tag = unique_tag()
-        server, _ = await serving(tag)
+        server, target = await serving(tag, 1)
         client = PeerClient(tag)
+        local = LocalOwner(target.handlers())
         try:
-            with pytest.raises(RuntimeError, match="ValueError: disk on fire"):
-                await asyncio.wait_for(client.call(0, "target.fail", "disk on fire"), TIMEOUT_S)
-            with pytest.raises(RuntimeError, match="KeyError"):
-                await asyncio.wait_for(client.call(0, "target.fail_later", "gone"), TIMEOUT_S)
-            for name in UNDECLARED:  # only what a service declares is reachable, not any attribute path
-                with pytest.raises(RuntimeError, match="UnknownRemoteMethod: .* is not a remote method"):
-                    await asyncio.wait_for(client.call(0, name), TIMEOUT_S)
-            assert await asyncio.wait_for(client.call(0, "target.add", 1, 1), TIMEOUT_S) == 2
+            for here in (0, 1):
+                owners = Owners(here, 2, local if here == 1 else LocalOwner({}), client, 50)
+                assert (await owners.ask(ListOffset("t", 0, -99), 1)).error == ErrorCode.unknown_server_error
+                assert (await owners.ask(ListOffset("t", 0, -98), 1)).error == ErrorCode.kafka_storage_error
+                assert (await owners.ask(PartitionBounds("t", 0), 1)) == PartitionBoundsResult(
+                    ErrorCode.unknown_server_error)
+                assert (await owners.ask(ListOffset("t", 0, 7), 1)).offset == 7
         finally:
             client.close()
             server.close()
+    with caplog.at_level(logging.ERROR):
+        run(scenario())
+    assert sum("ListOffset failed on its owner" in r.getMessage() for r in caplog.records) == 4
+
+
+def test_frames_that_are_no_owner_call_are_refused_and_the_channel_serves_on(caplog):
+    """What arrives is decoded as the declared types only: a result sent as a
+    call, an unknown tag, a field of the wrong type, bytes that are no frame at
+    all.  Each is answered Failed when its call id can be read, dropped
+    otherwise, and the next call on the same connection is answered."""
+    async def scenario():
+        tag = unique_tag()
+        server, _ = await serving(tag)
+        reader, writer = await asyncio.open_unix_connection(socket_name(tag, 0))
+        try:
+            bad = [owner_calls.encode(1, AppendResult(ErrorCode.none)),
+                   owner_calls.encode(2, {"not": "a call"}),
+                   owner_calls.encode(3, Append("t", "zero", b"", 1)),
+                   b"\xc1\xc1\xc1"]
+            for body in bad + [owner_calls.encode(4, ListOffset("t", 0, 5))]:
+                writer.write(struct.pack(">I", len(body)) + body)
+            answers = {}
+            for _ in range(4):
+                size = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), TIMEOUT_S))[0]
+                call_id, result = owner_calls.decode_result(await reader.readexactly(size))
+                answers[call_id] = result
+            assert all(isinstance(answers[i], Failed) for i in (1, 2, 3))
+            assert answers[4] == ListedOffset(ErrorCode.none, offset=5)
+        finally:
+            writer.close()
+            server.close()
     with caplog.at_level(logging.ERROR, logger="hpbroker.workers.peers"):
         run(scenario())
-    assert [r.getMessage() for r in caplog.records] == [
-        "peer call target.fail failed", "peer call target.fail_later failed",
-        *(f"peer call refused: {name!r} is not a remote method" for name in UNDECLARED)]
+    assert sum(r.getMessage().startswith("peer call refused") for r in caplog.records) == 4
 
 
-def test_services_are_looked_up_by_name_and_undeclared_methods_refused_in_process_too():
-    target, groups = Target(), Groups()
-    services = RemoteServices({"target": target, "groups": groups})
-    assert services["groups"] is groups
-    assert services.method("target.add")(1, 2) == 3
-    with pytest.raises(UnknownRemoteMethod):
-        services.method("target.undeclared")
-
-
-def test_a_declared_method_that_does_not_exist_fails_at_construction():
-    class Typo:
-        REMOTE_METHODS = frozenset({"apend"})
-
-    with pytest.raises(AttributeError, match="apend"):
-        RemoteServices({"partitions": Typo()})
-
-
-def test_a_call_to_a_worker_that_is_not_listening_is_unavailable():
+def test_a_call_to_a_worker_that_is_not_listening_is_unavailable_and_owners_say_retriable():
     async def scenario():
         tag = unique_tag()
         server, _ = await serving(tag, 0)
         client = PeerClient(tag)
         try:
             with pytest.raises(PeerUnavailable, match="worker 1 is not reachable"):
-                await asyncio.wait_for(client.call(1, "target.add", 1, 2), TIMEOUT_S)
-            assert await asyncio.wait_for(client.call(0, "target.add", 1, 2), TIMEOUT_S) == 3  # others unaffected
+                await asyncio.wait_for(client.call(1, ListOffset("t", 0, 1)), TIMEOUT_S)
+            owners = Owners(2, 3, LocalOwner({}), client, 50)
+            assert (await owners.ask(ListOffset("t", 0, 1), 1)).error == ErrorCode.not_leader_or_follower
+            assert (await owners.ask(Heartbeat("g", 1, "m"), 1)).error == ErrorCode.coordinator_not_available
+            assert (await owners.ask(ListOffset("t", 0, 1), 0)).offset == 1  # others unaffected
         finally:
             client.close()
             server.close()
+    run(scenario())
+
+
+def test_calls_for_many_partitions_go_as_one_batch_per_owner():
+    async def scenario():
+        tag = unique_tag()
+        seen = []
+
+        async def batch(call):
+            seen.append(len(call.calls))
+            return owner_calls.Batched([ListedOffset(ErrorCode.none, offset=c.timestamp) for c in call.calls])
+        servers = []
+        for index in range(3):
+            server = PeerServer(tag, index, LocalOwner({owner_calls.Batch: batch}))
+            await server.start()
+            servers.append(server)
+        client = PeerClient(tag)
+        try:
+            owners = Owners(0, 3, LocalOwner({owner_calls.Batch: batch}), client, 50)
+            calls = [ListOffset(f"t{i}", i, i) for i in range(30)]
+            assert [r.offset for r in await owners.ask_all(calls)] == list(range(30))
+            assert sorted(seen) == sorted(sum(owners.owner_of(c) == w for c in calls) for w in range(3) if
+                                          any(owners.owner_of(c) == w for c in calls))
+        finally:
+            client.close()
+            for server in servers:
+                server.close()
     run(scenario())
 
 
@@ -185,20 +219,20 @@ def test_a_call_to_a_worker_that_is_not_listening_is_unavailable():
 # the tests below run the server in a child process and kill it, as happens.
 CHILD = """
 import asyncio, os, sys
-from hpbroker.workers.peers import PeerServer, RemoteServices
+from hpbroker.errors import ErrorCode
+from hpbroker.workers.owner_calls import Heartbeat, PartitionBounds, PartitionBoundsResult
+from hpbroker.workers.owners import LocalOwner
+from hpbroker.workers.peers import PeerServer
 
-class Target:
-    REMOTE_METHODS = frozenset({"pid", "hang"})
+async def hang(call):
+    print("hanging", flush=True)
+    await asyncio.Event().wait()
 
-    def pid(self):
-        return os.getpid()
-
-    async def hang(self):
-        print("hanging", flush=True)
-        await asyncio.Event().wait()
+def pid(call):
+    return PartitionBoundsResult(ErrorCode.none, os.getpid())
 
 async def main():
-    server = PeerServer(sys.argv[1], int(sys.argv[2]), RemoteServices({"target": Target()}))
+    server = PeerServer(sys.argv[1], int(sys.argv[2]), LocalOwner({Heartbeat: hang, PartitionBounds: pid}))
     await server.start()
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -232,19 +266,23 @@ class ChildWorker:
         await asyncio.wait_for(self.process.wait(), TIMEOUT_S)
 
 
+async def child_pid(client: PeerClient, worker: int) -> int:
+    return (await asyncio.wait_for(client.call(worker, PartitionBounds("t", 0)), TIMEOUT_S)).log_start_offset
+
+
 def test_a_worker_that_dies_mid_call_fails_the_call_as_unavailable():
     async def scenario():
         tag = unique_tag()
         child = await ChildWorker.start(tag, 2)
         client = PeerClient(tag)
         try:
-            pending = asyncio.ensure_future(client.call(2, "target.hang"))
+            pending = asyncio.ensure_future(client.call(2, Heartbeat("g", 1, "m")))
             await child.said("hanging")  # the call is in the worker's hands
             await child.kill()
             with pytest.raises(PeerUnavailable):
                 await asyncio.wait_for(pending, TIMEOUT_S)
             with pytest.raises(PeerUnavailable, match="worker 2 is not reachable"):
-                await asyncio.wait_for(client.call(2, "target.pid"), TIMEOUT_S)
+                await child_pid(client, 2)
         finally:
             client.close()
             if child.process.returncode is None:
@@ -259,11 +297,11 @@ def test_the_client_reconnects_to_a_restarted_worker():
         client = PeerClient(tag)
         second = None
         try:
-            assert await asyncio.wait_for(client.call(0, "target.pid"), TIMEOUT_S) == first.process.pid
+            assert await child_pid(client, 0) == first.process.pid
             await first.kill()
             second = await ChildWorker.start(tag, 0)
             # the old channel saw its end of file while the new process started
-            assert await asyncio.wait_for(client.call(0, "target.pid"), TIMEOUT_S) == second.process.pid
+            assert await child_pid(client, 0) == second.process.pid
         finally:
             client.close()
             for child in (first, second):
@@ -280,7 +318,7 @@ def test_a_closed_server_takes_no_new_channels():
         client = PeerClient(tag)
         try:
             with pytest.raises(PeerUnavailable, match="worker 1 is not reachable"):
-                await asyncio.wait_for(client.call(1, "target.add", 1, 2), TIMEOUT_S)
+                await asyncio.wait_for(client.call(1, ListOffset("t", 0, 1)), TIMEOUT_S)
         finally:
             client.close()
     run(scenario())
@@ -292,7 +330,7 @@ def test_a_closed_client_fails_its_pending_calls():
         server, target = await serving(tag)
         client = PeerClient(tag)
         try:
-            pending = asyncio.ensure_future(client.call(0, "target.wait_for", "never"))
+            pending = asyncio.ensure_future(client.call(0, Heartbeat("g", 1, "never")))
             await entered(target, "never")
             client.close()
             with pytest.raises(PeerUnavailable):

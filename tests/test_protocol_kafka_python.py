@@ -16,7 +16,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.old import produce as old_produce
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from hpbroker.errors import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION
+from hpbroker.errors import ErrorCode
 from hpbroker.protocol import (SUPPORTED_VERSIONS, FrameSplitter, api_versions_response, decode_request,
                                encode_response, response_type, unsupported_api_versions_response)
 
@@ -77,7 +77,7 @@ def test_api_versions(version):
 def test_api_versions_fallback_decodes_as_v0_for_kafka_python():
     header, _ = ours(ApiVersionsRequest[4](client_software_name="x", client_software_version="y"))
     got = theirs(ApiVersionsResponse, 4, header, unsupported_api_versions_response())
-    assert got.error_code == UNSUPPORTED_VERSION
+    assert got.error_code == ErrorCode.unsupported_version
     assert [(a.api_key, a.min_version, a.max_version) for a in got.api_keys] == [(18, 0, 4)]
 
 
@@ -93,13 +93,13 @@ def test_metadata(version):
         assert request.allow_auto_topic_creation is False
 
     m = module_of(3, version)
-    partition = m.MetadataResponsePartition(error_code=NONE, partition_index=0, leader_id=1, leader_epoch=4,
+    partition = m.MetadataResponsePartition(error_code=ErrorCode.none, partition_index=0, leader_id=1, leader_epoch=4,
                                             replica_nodes=(1,), isr_nodes=(1,), offline_replicas=())
-    topic = m.MetadataResponseTopic(error_code=NONE, name="orders", topic_id=TOPIC_ID, is_internal=False,
+    topic = m.MetadataResponseTopic(error_code=ErrorCode.none, name="orders", topic_id=TOPIC_ID, is_internal=False,
                                     partitions=(partition,))
     broker = m.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9092, rack=None)
     response = m.MetadataResponse(throttle_time=ms(0), brokers=(broker,), cluster_id="cluster-a", controller_id=1,
-                                  topics=(topic,), error_code=NONE)
+                                  topics=(topic,), error_code=ErrorCode.none)
     got = theirs(MetadataResponse, version, header, response)
     assert [(b.node_id, b.host, b.port) for b in got.brokers] == [(1, "127.0.0.1", 9092)]
     assert got.cluster_id == ("cluster-a" if version >= 2 else None)  # v2 added it
@@ -123,9 +123,9 @@ def test_produce(version):
     assert [(p.index, p.records) for p in topic.partition_data] == [(0, BATCH), (3, BATCH)]
 
     m = module_of(0, version)
-    partitions = (m.PartitionProduceResponse(index=0, error_code=NONE, base_offset=1000, log_start_offset=5,
+    partitions = (m.PartitionProduceResponse(index=0, error_code=ErrorCode.none, base_offset=1000, log_start_offset=5,
                                              record_errors=()),
-                  m.PartitionProduceResponse(index=3, error_code=NOT_LEADER_OR_FOLLOWER, base_offset=-1,
+                  m.PartitionProduceResponse(index=3, error_code=ErrorCode.not_leader_or_follower, base_offset=-1,
                                              record_errors=()))
     response = m.ProduceResponse(responses=(m.TopicProduceResponse(name="orders", partition_responses=partitions),),
                                  throttle_time=ms(milliseconds=7))
@@ -150,7 +150,7 @@ def test_legacy_produce_v0_to_v2(version):
     m = module_of(0, version)  # kio's v3 classes stand in for v0-v2
     appended = datetime.datetime(2024, 1, 2, tzinfo=datetime.timezone.utc)
     response = m.ProduceResponse(responses=(m.TopicProduceResponse(name="legacy", partition_responses=(
-        m.PartitionProduceResponse(index=2, error_code=UNKNOWN_TOPIC_OR_PARTITION, base_offset=77,
+        m.PartitionProduceResponse(index=2, error_code=ErrorCode.unknown_topic_or_partition, base_offset=77,
                                    log_append_time=appended),)),), throttle_time=ms(milliseconds=3))
     got = theirs(getattr(old_produce, f"ProduceResponse_v{version}"), None, header, response)
     [(name, [partition])] = [(t[0], t[1]) for t in got.topics]
@@ -179,9 +179,9 @@ def test_fetch(version):
     assert [(p.partition, p.fetch_offset) for p in t.partitions] == [(1, 42)]
 
     m = module_of(1, version)
-    partition = m.PartitionData(partition_index=1, error_code=NONE, high_watermark=50, last_stable_offset=50,
+    partition = m.PartitionData(partition_index=1, error_code=ErrorCode.none, high_watermark=50, last_stable_offset=50,
                                 log_start_offset=0, aborted_transactions=None, records=BATCH)
-    response = m.FetchResponse(throttle_time=ms(0), error_code=NONE, session_id=0, responses=(
+    response = m.FetchResponse(throttle_time=ms(0), error_code=ErrorCode.none, session_id=0, responses=(
         m.FetchableTopicResponse(topic="orders", topic_id=TOPIC_ID, partitions=(partition,)),))
     got = theirs(FetchResponse, version, header, response)
     [r] = got.responses
@@ -204,7 +204,7 @@ def test_list_offsets(version):
 
     m = module_of(2, version)
     response = m.ListOffsetsResponse(throttle_time=ms(0), topics=(m.ListOffsetsTopicResponse(name="orders", partitions=(
-        m.ListOffsetsPartitionResponse(partition_index=0, error_code=NONE, timestamp=-1, offset=123, leader_epoch=0),)),))
+        m.ListOffsetsPartitionResponse(partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=123, leader_epoch=0),)),))
     got = theirs(ListOffsetsResponse, version, header, response)
     [(t)] = got.topics
     assert [(p.partition_index, p.offset) for p in t.partitions] == [(0, 123)]

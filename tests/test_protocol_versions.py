@@ -6,7 +6,7 @@ import pathlib
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
 
-from hpbroker import errors
+from hpbroker.errors import ErrorCode
 from hpbroker.protocol import SUPPORTED_VERSIONS, request_type, response_type
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker" / "protocol"
@@ -60,13 +60,13 @@ def test_fixed_points_of_the_table():
 
 
 def test_error_codes_spelled_as_kafka_spells_them():
-    assert errors.UNKNOWN_TOPIC_OR_PARTITION == 3
-    assert errors.UNSUPPORTED_VERSION == 35
-    assert errors.OUT_OF_ORDER_SEQUENCE_NUMBER == 45
-    assert errors.INVALID_PRODUCER_EPOCH == 47
-    assert errors.UNKNOWN_TOPIC_ID == 100
-    assert errors.UNSUPPORTED_VERSION is KioErrorCode.unsupported_version  # what kio's encoders need
-    assert errors.ErrorCode is KioErrorCode
+    assert ErrorCode.unknown_topic_or_partition == 3
+    assert ErrorCode.unsupported_version == 35
+    assert ErrorCode.out_of_order_sequence_number == 45
+    assert ErrorCode.invalid_producer_epoch == 47
+    assert ErrorCode.unknown_topic_id == 100
+    assert ErrorCode.unsupported_version is KioErrorCode.unsupported_version  # what kio's encoders need
+    assert ErrorCode is KioErrorCode
 
 
 def _imports(path):

@@ -1,10 +1,11 @@
 """The topic registry as two workers see it: created through one, seen by the other."""
 
+import asyncio
 import os
 
 import pytest
 
-from hpbroker.errors import INVALID_CONFIG, INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS
+from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import LogConfig, filenames
 from hpbroker.storage.checkpoints import read_partition_metadata
@@ -22,7 +23,7 @@ def two_workers(tmp_path):
 
 def test_a_topic_created_by_one_worker_is_seen_by_the_other(two_workers):
     one, other = two_workers
-    created = one.create("events", 3, {"retention.ms": "1000"})
+    created = asyncio.run(one.create("events", 3, {"retention.ms": "1000"}))
     seen = other.get("events")
     assert seen is not None and (seen.topic_id, seen.partitions) == (created.topic_id, 3)
     assert seen.configs == {"retention.ms": "1000"}
@@ -31,38 +32,38 @@ def test_a_topic_created_by_one_worker_is_seen_by_the_other(two_workers):
         found = [d for d in one.log_dirs if os.path.isdir(os.path.join(d, filenames.partition_dir_name("events", p)))]
         assert len(found) == 1
         assert read_partition_metadata(os.path.join(found[0], f"events-{p}", "partition.metadata")) == created.topic_id
-    one.add_partitions("events", 5)
+    asyncio.run(one.add_partitions("events", 5))
     assert other.get("events", 4).partitions == 5  # asking for a new partition rereads the directories
 
 
 @pytest.mark.parametrize("name, partitions, configs, code", [
-    ("bad name!", 1, {}, INVALID_TOPIC_EXCEPTION),
-    ("..", 1, {}, INVALID_TOPIC_EXCEPTION),
-    ("x" * 250, 1, {}, INVALID_TOPIC_EXCEPTION),
-    ("ok", 0, {}, INVALID_PARTITIONS),
-    ("ok", 1, {"retention.mss": "1"}, INVALID_CONFIG),
+    ("bad name!", 1, {}, ErrorCode.invalid_topic_exception),
+    ("..", 1, {}, ErrorCode.invalid_topic_exception),
+    ("x" * 250, 1, {}, ErrorCode.invalid_topic_exception),
+    ("ok", 0, {}, ErrorCode.invalid_partitions),
+    ("ok", 1, {"retention.mss": "1"}, ErrorCode.invalid_config),
 ])
 def test_invalid_creations_carry_kafkas_codes(two_workers, name, partitions, configs, code):
     with pytest.raises(TopicError) as raised:
-        two_workers[0].create(name, partitions, configs)
+        asyncio.run(two_workers[0].create(name, partitions, configs))
     assert raised.value.code == code
 
 
 def test_duplicates_and_dot_underscore_collisions(two_workers):
     one, other = two_workers
-    one.create("a.b", 1)
+    asyncio.run(one.create("a.b", 1))
     for name in ("a.b", "a_b"):
         with pytest.raises(TopicError) as raised:
-            other.create(name, 1)
-        assert raised.value.code in (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION)
+            asyncio.run(other.create(name, 1))
+        assert raised.value.code in (ErrorCode.topic_already_exists, ErrorCode.invalid_topic_exception)
     with pytest.raises(TopicError) as raised:
-        one.add_partitions("a.b", 1)
-    assert raised.value.code == INVALID_PARTITIONS
+        asyncio.run(one.add_partitions("a.b", 1))
+    assert raised.value.code == ErrorCode.invalid_partitions
 
 
 def test_validate_only_creates_nothing(two_workers):
     one, other = two_workers
-    one.create("dry", 2, validate_only=True)
+    asyncio.run(one.create("dry", 2, validate_only=True))
     assert other.get("dry") is None
 
 
@@ -74,9 +75,9 @@ def test_ownership_is_stable_and_spreads_a_topic():
 
 def test_producer_ids_are_unique_across_workers_and_restarts(tmp_path):
     first, second = ProducerIdAllocator(str(tmp_path)), ProducerIdAllocator(str(tmp_path))
-    ids = [first.allocate(), second.allocate(), first.allocate()]
+    ids = [asyncio.run(first.allocate()), asyncio.run(second.allocate()), asyncio.run(first.allocate())]
     restarted = ProducerIdAllocator(str(tmp_path))
-    ids.append(restarted.allocate())
+    ids.append(asyncio.run(restarted.allocate()))
     assert len(set(ids)) == len(ids)
     assert ids[1] == BLOCK_SIZE and ids[3] == 2 * BLOCK_SIZE
 

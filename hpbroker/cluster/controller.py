@@ -49,6 +49,7 @@ from hpbroker.clock import now_ms
 from hpbroker.cluster import election, reassignment, znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.watcher import ImageWatcher
+from hpbroker.sentinels import NO_LEADER
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class Controller:
             # as Kafka's controller bumps it; a new controller does so for every
             # reassignment it finds in progress.
             announced = self._announced.setdefault(key, None if reassigning else tuple(replicas))
-            announce = announced != tuple(replicas) and chosen.leader != election.NO_LEADER
+            announce = announced != tuple(replicas) and chosen.leader != NO_LEADER
             if announce or bounced_leader or (chosen.leader, chosen.isr) != (state.leader, state.isr):
                 # a leader that restarted since this state leads again only under a new epoch
                 bump = announce or chosen.leader != state.leader or bounced_leader
@@ -269,7 +270,7 @@ class Controller:
         # disk, while the watch saw no gap): out, as Kafka's controller treats a
         # bounced broker as one that died and came back.
         isr = [r for r in assigned_isr if state.judged_in_sync(r, brokers)]
-        leader = state.leader if state.leader in replicas else election.NO_LEADER
+        leader = state.leader if state.leader in replicas else NO_LEADER
         if leader in leaving:
             found = election.controlled_shutdown(replicas, isr, set(brokers), leaving)
             # nobody else in sync: it keeps leading until it is gone (then offline election)
@@ -284,7 +285,7 @@ class Controller:
                 found = election.offline_partition(replicas, [], live, unclean=True)
             if found is None:
                 # keep the ISR as it was: its last member may lead again without loss
-                return election.Election(election.NO_LEADER, assigned_isr)
+                return election.Election(NO_LEADER, assigned_isr)
             return found
         isr = [r for r in isr if r in live]
         if preferred and replicas[0] != state.leader:

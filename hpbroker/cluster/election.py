@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-NO_LEADER = -1
+from hpbroker.sentinels import NO_LEADER
 
 
 class Election(NamedTuple):

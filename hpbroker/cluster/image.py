@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hpbroker.sentinels import NO_CONTROLLER
 from hpbroker.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
 
-NO_CONTROLLER = -1
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from hpbroker.cluster import znodes
-from hpbroker.cluster.image import NO_CONTROLLER, ClusterImage
+from hpbroker.cluster.image import ClusterImage
+from hpbroker.sentinels import NO_CONTROLLER
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """A worker's own ZooKeeper session: the cluster image, the leader's ISR
-writes, admin writes and producer id blocks.
+writes, and the admin writes (``cluster/admin.py``, as ``WorkerLink.admin``).
 
 Each worker opens its session after it was forked (never sharing the
 acceptor's, whose threads do not survive a fork) and learns its partitions'
@@ -16,8 +16,8 @@ reconnect the partition states are read again before the session is called
 CONNECTED, so a leader resumes only on a fresh view.
 
 Writes from the event loop never block it: ``call`` wraps kazoo's
-asynchronous API in an asyncio future; admin writes, rare and small, may use
-``wait`` with a bound instead.
+asynchronous API in an asyncio future, for the ISR writes here and for every
+admin write (``ClusterAdmin``, bounded by its timeout).
 """
 
 from __future__ import annotations
@@ -25,22 +25,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-import json
 import logging
 import threading
 
 from kazoo.client import KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
-from hpbroker.cluster import reassignment, session, znodes
+from hpbroker.cluster import session, znodes
+from hpbroker.cluster.admin import ClusterAdmin
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.watcher import ImageWatcher
 
 log = logging.getLogger(__name__)
-
-WRITE_TIMEOUT_S = 10.0
-PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
 
 
 def _settle(future: asyncio.Future, value, error: Exception | None) -> None:
@@ -57,14 +53,6 @@ class Session(enum.Enum):
     EXPIRED = "expired"  # ZooKeeper ended it: nothing held under it can be trusted until read again
 
 
-class AdminError(Exception):
-    """An admin write ZooKeeper refused or could not take; ``reason`` names the case."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason  # "exists", "missing", "unavailable", "conflict"
-
-
 class WorkerLink:
     def __init__(self, connect: str, session_timeout_ms: int, connection_timeout_ms: int, cluster_id: str):
         self.connect_string = connect
@@ -77,6 +65,7 @@ class WorkerLink:
         self._stopped = threading.Event()
         self._session = Session.CONNECTED  # as kazoo last said (CONNECTED only once the states were read)
         self._reconnected = False
+        self.admin = ClusterAdmin(self)  # the admin writes, coroutines over this session
 
     # --- session -------------------------------------------------------------------------
     def connect(self) -> None:
@@ -173,188 +162,3 @@ class WorkerLink:
                 loop.call_soon_threadsafe(_settle, future, value, None)
         async_result.rawlink(settle)
         return future
-
-    # --- admin writes (bounded waits) --------------------------------------------------------------
-    def create_topic(self, assignment: znodes.TopicAssignment, config: dict[str, str]) -> None:
-        """Kafka's order: the config first, then the assignment that makes the topic exist."""
-        transaction = self.client.transaction()
-        transaction.create(znodes.topic_config_path(assignment.topic), znodes.encode_topic_config(config))
-        transaction.create(znodes.topic_path(assignment.topic), assignment.encode())
-        self._commit(transaction, f"topic {assignment.topic!r}")
-
-    def add_partitions(self, assignment: znodes.TopicAssignment, version: int) -> None:
-        transaction = self.client.transaction()
-        transaction.set_data(znodes.topic_path(assignment.topic), assignment.encode(), version=version)
-        self._commit(transaction, f"topic {assignment.topic!r}")
-
-    def topic_version(self, topic: str) -> int:
-        _data, stat = self.wait(self.client.get_async(znodes.topic_path(topic)))
-        return stat.version
-
-    def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
-        path = znodes.topic_config_path(topic)
-        try:
-            self.wait(self.client.set_async(path, znodes.encode_topic_config(config)))
-        except NoNodeError:
-            self.wait(self.client.create_async(path, znodes.encode_topic_config(config), makepath=True))
-
-    def delete_topic(self, topic: str) -> None:
-        """Ask the controller to delete it (``/admin/delete_topics/<topic>``)."""
-        try:
-            self.wait(self.client.create_async(f"{znodes.DELETE_TOPICS}/{topic}", makepath=True))
-        except NodeExistsError:
-            pass  # already asked
-
-    def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
-        """A block [start, end] of producer ids no other broker will hand out:
-        ``/latest_producer_id_block`` advanced with a version-checked set, as Kafka does."""
-        for _attempt in range(20):
-            try:
-                data, stat = self.wait(self.client.get_async(znodes.PRODUCER_ID_BLOCK))
-            except NoNodeError:
-                self.client.ensure_path(znodes.PRODUCER_ID_BLOCK)
-                continue
-            start = 0
-            if data:
-                try:
-                    start = int(json.loads(data)["block_end"]) + 1
-                except (ValueError, KeyError, TypeError):
-                    raise AdminError("conflict", f"{znodes.PRODUCER_ID_BLOCK} is not Kafka's JSON") from None
-            end = start + PRODUCER_ID_BLOCK_SIZE - 1
-            value = json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
-                                "block_end": str(end)}).encode()
-            try:
-                self.wait(self.client.set_async(znodes.PRODUCER_ID_BLOCK, value, version=stat.version))
-            except BadVersionError:
-                continue  # another broker took one meanwhile
-            return start, end
-        raise AdminError("conflict", "could not reserve a producer id block: too much contention")
-
-    def _commit(self, transaction, what: str) -> None:
-        # a failed transaction fails every operation: the one that failed carries its own error
-        results = self.wait(transaction.commit_async())
-        if any(isinstance(r, NodeExistsError) for r in results):
-            raise AdminError("exists", f"{what} already exists")
-        if any(isinstance(r, (NoNodeError, BadVersionError)) for r in results):
-            raise AdminError("missing", f"{what} changed or vanished meanwhile")
-        if any(isinstance(r, Exception) for r in results):
-            raise AdminError("unavailable", f"{what}: {results!r}")
-
-    @staticmethod
-    def wait(async_result, timeout: float = WRITE_TIMEOUT_S):
-        """Block for a kazoo call's result at most ``timeout``; AdminError("unavailable")
-        when ZooKeeper fails or does not answer (the node errors pass through)."""
-        try:
-            return async_result.get(timeout=timeout)
-        except (NodeExistsError, NoNodeError, BadVersionError):
-            raise
-        except KazooException as exc:
-            raise AdminError("unavailable", f"ZooKeeper did not take the change: {exc!r}") from None
-        except KazooTimeoutError:
-            raise AdminError("unavailable", f"ZooKeeper did not answer within {timeout:.0f} s") from None
-
-    # --- reassignments and leader elections (blocking, bounded: run them off the event loop) -------
-    def alter_reassignments(self, topic: str, changes: dict[int, list[int] | None], *,
-                            allow_replication_factor_change: bool = True) -> dict[int, reassignment.Outcome]:
-        """Start, redirect or cancel (None) reassignments of ``topic``'s
-        partitions, checked against what ZooKeeper holds now and written as the
-        topic znode's next version; the controller carries them out.  An
-        accepted partition also leaves ``/admin/reassign_partitions``: in Kafka
-        the latest request wins."""
-        for _attempt in range(20):
-            try:
-                data, stat = self.wait(self.client.get_async(znodes.topic_path(topic)))
-                current = znodes.TopicAssignment.decode(topic, data)
-            except NoNodeError:
-                current, stat = None, None
-            except znodes.ZnodeFormatError as exc:
-                raise AdminError("conflict", str(exc)) from None
-            if current is not None and self.wait(self.client.exists_async(f"{znodes.DELETE_TOPICS}/{topic}")):
-                current = None  # being deleted: as good as gone
-            image = self.watcher.image()
-            planned, outcomes = reassignment.plan(topic, current, changes, image.live - image.shutting_down,
-                                                  allow_replication_factor_change=allow_replication_factor_change)
-            if planned is None:
-                return outcomes
-            transaction = self.client.transaction()
-            transaction.set_data(znodes.topic_path(topic), planned.encode(), version=stat.version)
-            accepted = {p for p, outcome in outcomes.items() if outcome.error == reassignment.ACCEPTED.error}
-            self._drop_legacy_entries(transaction, topic, accepted)
-            try:
-                self._commit(transaction, f"topic {topic!r}")
-            except AdminError as exc:
-                if exc.reason == "missing":
-                    continue  # the topic or /admin/reassign_partitions changed meanwhile: again from what is there
-                raise
-            return outcomes
-        raise AdminError("conflict", f"topic {topic!r} kept changing: the reassignment was not written")
-
-    def _drop_legacy_entries(self, transaction, topic: str, partitions: set[int]) -> None:
-        try:
-            data, stat = self.wait(self.client.get_async(znodes.REASSIGN_PARTITIONS))
-            entries = znodes.decode_reassignment(data) if data else []
-        except (NoNodeError, znodes.ZnodeFormatError):
-            return
-        keep = [e for e in entries if not (e[0] == topic and e[1] in partitions)]
-        if len(keep) == len(entries):
-            return
-        if keep:
-            transaction.set_data(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(keep), version=stat.version)
-        else:
-            transaction.delete(znodes.REASSIGN_PARTITIONS, version=stat.version)
-
-    def list_reassignments(self, wanted: dict[str, list[int]] | None) -> list[reassignment.OngoingReassignment]:
-        """The reassignments under way, read from ZooKeeper now (so a client sees
-        its own AlterPartitionReassignments at once): of ``wanted`` topic ->
-        partitions, or of every topic when None."""
-        if wanted is None:
-            topics = sorted(self.wait(self.client.get_children_async(znodes.TOPICS)))
-        else:
-            topics = sorted(wanted)
-        reads = [(topic, self.client.get_async(znodes.topic_path(topic))) for topic in topics]  # all in flight at once
-        found = []
-        for topic, read in reads:
-            try:
-                data, _stat = self.wait(read)
-                assignment = znodes.TopicAssignment.decode(topic, data)
-            except NoNodeError:
-                continue
-            except znodes.ZnodeFormatError as exc:
-                log.error("ignoring topic %s: %s", topic, exc)
-                continue
-            found += reassignment.ongoing(assignment, None if wanted is None else set(wanted[topic]))
-        return found
-
-    def request_preferred_election(self, partitions: list[tuple[str, int]]) -> None:
-        """Ask the controller for preferred leaders (Kafka's ``/admin/preferred_replica_election``)."""
-        self._request(znodes.PREFERRED_REPLICA_ELECTION, partitions, znodes.decode_preferred_election,
-                      znodes.encode_preferred_election)
-
-    def request_unclean_election(self, partitions: list[tuple[str, int]]) -> None:
-        """Ask the controller to elect leaders of these offline partitions from outside their ISR."""
-        self._request(znodes.UNCLEAN_LEADER_ELECTION, partitions, znodes.decode_unclean_election,
-                      znodes.encode_unclean_election)
-
-    def _request(self, path: str, partitions: list[tuple[str, int]], decode, encode) -> None:
-        """Add ``partitions`` to the request znode ``path``, or create it; a
-        request the controller has not taken yet is kept."""
-        for _attempt in range(20):
-            try:
-                data, stat = self.wait(self.client.get_async(path))
-            except NoNodeError:
-                try:
-                    self.wait(self.client.create_async(path, encode(partitions), makepath=True))
-                    return
-                except NodeExistsError:
-                    continue
-            try:
-                pending = decode(data) if data else []
-            except znodes.ZnodeFormatError:
-                pending = []  # unreadable to the controller too: replaced
-            try:
-                self.wait(self.client.set_async(path, encode(sorted(set(pending) | set(partitions))),
-                                                version=stat.version))
-                return
-            except (BadVersionError, NoNodeError):
-                continue  # taken or changed meanwhile
-        raise AdminError("conflict", f"could not write {path}: too much contention")

@@ -11,7 +11,7 @@ new is appended after it.  Then it fetches from its log end on.
 
 The partition's log is reached through ``FollowerLog``: its end and epochs,
 ``append_as_follower`` (the leader's offsets and epochs kept),
-``truncate_to`` and the high watermark the leader reports.
+``truncate_to``, and the high watermark and log start the leader reports.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from hpbroker.sentinels import UNDEFINED_EPOCH as UNDEFINED
 from hpbroker.errors import ErrorCode
 from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
@@ -34,7 +35,6 @@ from hpbroker.storage.errors import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
 
-UNDEFINED = -1
 # Errors that mean "the leader is not who we think": wait for the next role change.
 _NOT_OUR_LEADER = {ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
                    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition}
@@ -50,6 +50,7 @@ class FollowerLog(Protocol):
     def end_offset_for_epoch(self, requested: int, current_epoch: int) -> tuple[int, int]: ...
     def append_as_follower(self, records: bytes) -> int: ...
     def truncate_to(self, offset: int) -> None: ...
+    def follow_leader_log_start(self, leader_log_start: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -299,5 +300,9 @@ class ReplicaFetcher:
         high_watermark = min(data.high_watermark, partition_log.log_end_offset)
         moved = bool(data.records) or high_watermark != partition_log.high_watermark
         partition_log.high_watermark = high_watermark
+        if data.log_start_offset > partition_log.log_start_offset:
+            # what the leader deleted (retention, DeleteRecords) goes here too; the
+            # leader's DeleteRecords waits for this replica's next fetch to say so
+            partition_log.follow_leader_log_start(data.log_start_offset)
         if moved:
             self.on_progress(followed.topic, followed.partition)

@@ -44,6 +44,7 @@ class FollowerProgress:
     last_fetch_ms: int = 0
     leader_end_at_last_fetch: int = -1
     broker_epoch: int = -1  # the incarnation these fetches came from; -1 unknown
+    log_start: int = -1  # the follower's log start offset, as its last fetch said (DeleteRecords waits on it)
     restarted: bool = False  # replaced an incarnation seen before: any place in the ISR was that one's
 
 
@@ -75,7 +76,7 @@ class LeaderState:
                 progress.last_caught_up_ms = min(now_ms, progress.last_caught_up_ms + gap_ms)
 
     def follower_fetched(self, replica: int, fetch_offset: int, leader_log_end: int, now_ms: int,
-                         broker_epoch: int = -1) -> None:
+                         broker_epoch: int = -1, log_start: int = -1) -> None:
         progress = self.followers.get(replica)
         if progress is None:
             return  # not a replica of this partition (a stale follower): it gets an error elsewhere
@@ -94,6 +95,7 @@ class LeaderState:
         elif fetch_offset >= progress.leader_end_at_last_fetch >= 0:
             progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
         progress.log_end = fetch_offset
+        progress.log_start = log_start
         progress.last_fetch_ms = now_ms
         progress.leader_end_at_last_fetch = leader_log_end
 

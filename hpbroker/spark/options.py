@@ -28,8 +28,6 @@ from dataclasses import dataclass
 
 from hpbroker.spark.logdir import log_dirs_of
 
-EARLIEST = -2
-LATEST = -1
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
 
 

@@ -29,7 +29,8 @@ from pyspark.sql.datasource import InputPartition
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.records import decode_batch
 from hpbroker.spark import logdir, txnindex
-from hpbroker.spark.options import EARLIEST, LATEST, Options
+from hpbroker.sentinels import EARLIEST, LATEST
+from hpbroker.spark.options import Options
 from hpbroker.spark.segment import SegmentFile, index_lookup, read_index
 
 

@@ -7,7 +7,8 @@ replicas create their logs).
 The image reaches this object through ``apply``; a change made here shows up
 once ZooKeeper's watch brings it back, so ``changed`` lets a handler wait for
 that (CreateTopics until its partitions have leaders, DeleteTopics until the
-topic is gone).
+topic is gone).  The writes are coroutines (``cluster/admin.py``): a worker
+waiting on ZooKeeper keeps serving its other connections.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import uuid
 from hpbroker.cluster import znodes
 from hpbroker.cluster.assignment import AssignmentError, assign_replicas, check_explicit
 from hpbroker.cluster.image import ClusterImage
-from hpbroker.cluster.worker_link import AdminError
+from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.storage import checkpoints
@@ -35,7 +36,7 @@ class ClusterTopics:
                  offsets_replication_factor: int):
         self.log_dirs = log_dirs
         self.log_config = log_config
-        self.link = link  # WorkerLink: the admin writes
+        self.link = link  # WorkerLink: its ``admin`` makes the writes
         self.default_replication_factor = default_replication_factor
         self.offsets_replication_factor = offsets_replication_factor
         self.image = ClusterImage()
@@ -89,31 +90,36 @@ class ClusterTopics:
         info = self._topics.get(name)
         return effective_config(self._effective, self.log_config, name, info.configs if info else {})
 
+    @property
+    def admin(self):
+        """The ``ClusterAdmin`` making this broker's admin writes."""
+        return self.link.admin
+
     # --- changing ---------------------------------------------------------------------------------
-    def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False,
-               replication_factor: int = -1) -> TopicInfo:
-        result = self.create_all([(name, partitions, configs, replication_factor, None)],
-                                 validate_only=validate_only)[0]
+    async def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False,
+                     replication_factor: int = -1) -> TopicInfo:
+        result = (await self.create_all([(name, partitions, configs, replication_factor, None)],
+                                        validate_only=validate_only))[0]
         if isinstance(result, TopicError):
             raise result
         return result
 
-    def create_all(self, wanted: list, *, validate_only: bool = False) -> list:
+    async def create_all(self, wanted: list, *, validate_only: bool = False) -> list:
         """[(name, partitions, configs[, replication factor, assignment])] ->
         [TopicInfo or TopicError], in order.  ``assignment`` (partition ->
-        broker ids) overrides the count and the factor, as in CreateTopics."""
-        results = []
-        for request in wanted:
+        broker ids) overrides the count and the factor, as in CreateTopics.
+        The topics are written concurrently."""
+        async def one(request):
             name, partitions, configs = request[:3]
             factor = request[3] if len(request) > 3 else -1
             explicit = request[4] if len(request) > 4 else None
             try:
-                results.append(self._create_one(name, partitions, configs, factor, explicit, validate_only))
+                return await self._create_one(name, partitions, configs, factor, explicit, validate_only)
             except TopicError as exc:
-                results.append(exc)
-        return results
+                return exc
+        return list(await asyncio.gather(*(one(request) for request in wanted)))
 
-    def _create_one(self, name, partitions, configs, factor, explicit, validate_only) -> TopicInfo:
+    async def _create_one(self, name, partitions, configs, factor, explicit, validate_only) -> TopicInfo:
         validate_name(name)
         configs = checked_overrides(self.log_config, configs)
         if name in self.image.topics:
@@ -143,8 +149,8 @@ class ClusterTopics:
         if validate_only:
             return info
         try:
-            self.link.create_topic(znodes.TopicAssignment(name, assignment, checkpoints.kafka_uuid_string(topic_id)),
-                                   configs)
+            await self.admin.create_topic(
+                znodes.TopicAssignment(name, assignment, checkpoints.kafka_uuid_string(topic_id)), configs)
         except AdminError as exc:
             if exc.reason == "exists":
                 raise TopicError(ErrorCode.topic_already_exists, f"topic {name!r} already exists") from None
@@ -161,11 +167,27 @@ class ClusterTopics:
             return max(1, min(wanted, live))
         return self.default_replication_factor if factor == -1 else factor
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+        """Checked against the image, then written over the assignment ZooKeeper
+        holds (a reassignment under way, say, is kept)."""
         assignment = self.image.topics.get(name)
         if assignment is None or name in self.image.topics_being_deleted:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        current = len(assignment.partitions)
+        self._grown(assignment, count)
+        info = TopicInfo(name, self._topics[name].topic_id, count, self._topics[name].configs)
+        if validate_only:
+            return info
+        try:
+            await self.admin.update_topic(name, lambda current: self._grown(current, count))
+        except AdminError as exc:
+            if exc.reason == "missing":
+                raise TopicError(ErrorCode.unknown_topic_or_partition, str(exc)) from None
+            raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
+        return info
+
+    def _grown(self, assignment: znodes.TopicAssignment, count: int) -> znodes.TopicAssignment:
+        """``assignment`` with partitions added up to ``count``, over the live brokers."""
+        name, current = assignment.topic, len(assignment.partitions)
         if count <= current:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"topic {name!r} has {current} partitions; the new count must be larger, got {count}")
@@ -175,31 +197,23 @@ class ClusterTopics:
             added = assign_replicas(brokers, count - current, factor, first_partition=current)
         except AssignmentError as exc:
             raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
-        info = TopicInfo(name, self._topics[name].topic_id, count, self._topics[name].configs)
-        if validate_only:
-            return info
-        grown = znodes.TopicAssignment(name, {**assignment.partitions, **added}, assignment.topic_id,
-                                       assignment.adding_replicas, assignment.removing_replicas)
-        try:
-            self.link.add_partitions(grown, self.link.topic_version(name))
-        except AdminError as exc:
-            raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
-        return info
+        return znodes.TopicAssignment(name, {**assignment.partitions, **added}, assignment.topic_id,
+                                      assignment.adding_replicas, assignment.removing_replicas)
 
-    def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
+    async def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
         configs = checked_overrides(self.log_config, configs)
         if name not in self._topics:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
         if validate_only:
             return
         try:
-            self.link.set_topic_config(name, configs)
+            await self.admin.set_topic_config(name, configs)
         except AdminError as exc:
             raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
 
-    def delete(self, name: str) -> None:
+    async def delete(self, name: str) -> None:
         """Ask the controller to delete the topic; its replicas go when the image drops it."""
         try:
-            self.link.delete_topic(name)
+            await self.admin.delete_topic(name)
         except AdminError as exc:
             raise TopicError(ErrorCode.request_timed_out, str(exc)) from None

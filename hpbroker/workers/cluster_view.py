@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hpbroker.sentinels import NO_LEADER
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 
-NO_LEADER = -1
 
 
 class BrokerNode(NamedTuple):

@@ -100,6 +100,27 @@ class KafkaConnection(asyncio.Protocol):
         self.queue.put_nowait(None)  # finish what is in flight, then stop
         self.on_close(self)
 
+    # --- stopping -------------------------------------------------------------
+    def drain(self) -> None:
+        """The worker is stopping: read nothing more, finish the request in hand."""
+        if self.transport is None:
+            return
+        self.draining = True
+        self.transport.pause_reading()
+        self.queue.put_nowait(None)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def busy_with(self) -> str | None:
+        """The request this connection is handling, for the log of a stop that waited on it."""
+        header = self.current
+        if header is None:
+            return None
+        return f"a request from {self.peer} (api {header.api_key} v{header.api_version}, correlation id " \
+               f"{header.correlation_id})"
+
     # --- serving --------------------------------------------------------------
     def _drop(self, why: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, why)

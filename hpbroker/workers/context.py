@@ -1,11 +1,7 @@
-"""What a request handler can reach: the config, the topics, and the owners of
-partitions and groups (this worker's services or a peer's, behind one call).
+"""What a request handler can reach: the config, the topics, the cluster view,
+and the owners of partitions and groups (``owners``: this worker or a peer,
+behind one client; see ``owners.py``)."""
 
-Calls name a declared remote method (``peers.RemoteServices``) as
-``"service.method"``: ``"partitions.<method>"`` (``PartitionService``) or
-``"groups.<method>"`` (``GroupCoordinator``)."""
-
-import asyncio
 import contextvars
 import logging
 import os
@@ -13,9 +9,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from hpbroker.server.config import BrokerConfig
-from hpbroker.server.ownership import partition_owner
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
-from hpbroker.workers.peers import PeerClient, PeerUnavailable, RemoteServices
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
 
@@ -111,15 +105,14 @@ class SegmentFiles:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: TopicRegistry, services: RemoteServices, peers: PeerClient, *, cluster=None,
-                 producer_ids=None):
+                 topics: TopicRegistry, owners, *, groups=None, cluster=None, producer_ids=None):
         self.config = config
         self.index = index
         self.workers = workers
         self.identity = identity
         self.topics = topics
-        self.services = services  # this worker's, the same its PeerServer serves
-        self.peers = peers
+        self.owners = owners  # owners.Owners: ask the owner of a partition or a group
+        self.groups = groups  # this worker's GroupCoordinator (FindCoordinator makes sure of its topic)
         self.segment_files = SegmentFiles()
         self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])
         # who leads what, who coordinates a group: this broker alone, or the cluster image
@@ -130,52 +123,3 @@ class WorkerContext:
     @property
     def client_host(self) -> str:
         return CLIENT_HOST.get()
-
-    @property
-    def groups(self):
-        """This worker's ``GroupCoordinator``."""
-        return self.services["groups"]
-
-    def owner(self, topic: str, partition: int) -> int:
-        return partition_owner(topic, partition, self.workers)
-
-    async def call_owner(self, topic: str, partition: int, method: str, *args):
-        """Run ``PartitionService.method(topic, partition, *args)`` on the owner."""
-        return await self.call_worker(self.owner(topic, partition), f"partitions.{method}", topic, partition, *args)
-
-    async def call_owners(self, method: str, calls: list, unavailable) -> list:
-        """``PartitionService.method(topic, partition, *args)`` for each
-        ``(topic, partition, *args)`` in ``calls``, grouped into one call per
-        owning worker; results in the order of ``calls``.  The calls of an owner
-        that cannot be reached get ``unavailable``."""
-        by_owner: dict[int, list[int]] = {}
-        for i, (topic, partition, *_args) in enumerate(calls):
-            by_owner.setdefault(self.owner(topic, partition), []).append(i)
-        results = [unavailable] * len(calls)
-
-        async def one(owner: int, indexes: list[int]) -> None:
-            batch = [calls[i] for i in indexes]
-            try:
-                answers = await self.call_worker(owner, "partitions.batch", method, batch)
-            except PeerUnavailable:
-                return
-            except RuntimeError as exc:  # the owner's method failed: logged there, answered as unavailable
-                log.error("%s on worker %d failed: %s", method, owner, exc)
-                return
-            for i, answer in zip(indexes, answers):
-                results[i] = answer
-
-        await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
-        return results
-
-    async def call_worker(self, worker: int, method: str, *args):
-        """Run the remote method ``method`` (``"service.method"``, such as
-        ``"groups.join_group"``) with ``args`` on worker ``worker``; an
-        undeclared one raises ``UnknownRemoteMethod`` here, or fails the call
-        (RuntimeError) on a peer."""
-        if worker == self.index:
-            result = self.services.method(method)(*args)
-            if hasattr(result, "__await__"):
-                result = await result
-            return result
-        return await self.peers.call(worker, method, *args)

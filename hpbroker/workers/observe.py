@@ -9,6 +9,7 @@ import time
 from hpbroker.protocol.schemas import request_type
 from hpbroker.server import metrics
 from hpbroker.storage import stats
+from hpbroker.workers.owner_calls import PartitionBounds
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,9 @@ async def group_lag(ctx, coordinator) -> None:
     wanted = [(group, topic, partition, value.offset)
               for group in coordinator.offsets.groups()
               for (topic, partition), value in coordinator.offsets.of_group(group).items()]
-    ends = await asyncio.gather(*(ctx.call_owner(t, p, "offsets") for _, t, p, _ in wanted), return_exceptions=True)
+    ends = await ctx.owners.ask_all([PartitionBounds(t, p) for _, t, p, _ in wanted]) if wanted else []
     for (group, topic, partition, committed), end in zip(wanted, ends):
-        if isinstance(end, BaseException) or end.error:  # owner away (PeerUnavailable) or no such partition
+        if end.error:  # owner away, or no such partition
             continue
         metrics.GROUP_LAG.labels(group, topic, str(partition)).set(max(end.high_watermark - committed, 0))
 

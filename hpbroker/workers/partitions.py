@@ -1,121 +1,76 @@
-"""What the owning worker does for its partitions (the single writer).
+"""The partitions one worker owns (it is their single writer), and its answers to
+the partition calls of ``owner_calls``: from its own handlers and from other
+workers alike (``owners.py``).
 
-Every method other workers may call (``REMOTE_METHODS``) takes plain values
-and answers with plain values, most with a named tuple (the result types
-below), so the same call works in-process and through the intra-broker
-channel (``peers``), which pickles it.  Reads return
-where the batches are (segment path, position, size) rather than the bytes:
-the worker that holds the client's socket sends them with ``sendfile``
-itself, so bytes never cross the channel on the read path.
+Every call starts with ``resolve(topic, partition) -> Partition | ErrorCode``
+(Kafka's ``getPartitionOrError``): standalone, the partition's log is opened on
+first use and it leads for good; in a cluster, the ``ReplicaManager`` gives
+each partition assigned here its role, and one not assigned here is another
+broker's (NOT_LEADER_OR_FOLLOWER).  Then the partition's own guard
+(``Partition.leader_error``), then the operation.
 
-Errors are members of Kafka's error table (``hpbroker.errors.ErrorCode``);
-``ErrorCode.none`` is success.
+Reads return where the batches are (segment path, position, size) rather than
+the bytes: the worker that holds the client's socket sends them with
+``sendfile`` itself, so bytes never cross the channel on the read path.
+
+Waits (a fetch long poll, acks=all, DeleteRecords until the followers caught
+up) are delayed operations in the worker's ``Purgatory``, poked by whatever
+changes a partition.  While this worker's leaderships are in doubt (an
+expired session, a noticed pause: confirmed within a ZooKeeper round trip or
+two) calls wait for the answer rather than fail: a refusal would split a
+producer's pipelined requests, the first refused and the next out of sequence.
 """
 
+from __future__ import annotations
+
 import asyncio
-import logging
 import os
 import shutil
-from typing import NamedTuple
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
-from hpbroker.kernels import layout
-from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
-from hpbroker.storage import filenames
-from hpbroker.storage import LogManager, OffsetOutOfRangeError, StorageError
-from hpbroker.server.logs import Throttled
-from hpbroker.workers import observe
+from hpbroker.storage import LogManager, filenames
+from hpbroker.workers.owner_calls import (Append, AppendResult, Batch, Batched, DataReady, DeletedRecords,
+                                          DeletePartition, DeleteRecords, Done, EpochEnd, FollowerFetch, ListOffset,
+                                          Locate, PartitionBounds, Replicated, WaitForData, WaitReplicated)
+from hpbroker.workers.partition import Partition, Role
+from hpbroker.workers.purgatory import Purgatory
 from hpbroker.workers.topics import TopicRegistry
 
-log = logging.getLogger(__name__)
 
-# ListOffsets special timestamps.
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
-
-
-class AppendResult(NamedTuple):
-    """Produce, one partition: where the batch went, or why it did not."""
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    message: str | None = None
-    end_offset: int = -1  # one past the batch's last offset: what acks=all waits for
-
-
-class LocateResult(NamedTuple):
-    """Fetch, one partition: where the whole batches from the fetch offset are.
-    ``identity`` is the segment file's (device, inode), so the sender reads the
-    very file these positions are in."""
-    error: ErrorCode
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    path: str | None = None
-    position: int = 0
-    size: int = 0
-    identity: tuple[int, int] | None = None
-
-
-class ListedOffset(NamedTuple):
-    """ListOffsets, one partition."""
-    error: ErrorCode
-    offset: int = -1
-    timestamp: int = -1
-    leader_epoch: int = -1
-
-
-class PartitionOffsets(NamedTuple):
-    """A partition's bounds: its log start and high watermark."""
-    error: ErrorCode
-    log_start_offset: int = -1
-    high_watermark: int = -1
-    leader_epoch: int = -1
-
-
-class EpochEndOffset(NamedTuple):
-    """OffsetForLeaderEpoch, one partition."""
-    error: ErrorCode
-    leader_epoch: int = -1
-    end_offset: int = -1
-
-
-class DeletedRecords(NamedTuple):
-    """DeleteRecords, one partition: the log start offset now."""
-    error: ErrorCode
-    low_watermark: int = -1
-
-
-class PartitionService:
-    # The per-partition operations, each ``method(topic, partition, *args)``:
-    # what other workers may ask of the owner, one at a time or in a ``batch``.
-    PARTITION_METHODS = frozenset({"append", "locate", "list_offset", "offsets", "end_offset_for_epoch",
-                                   "delete_records", "delete_partition"})
-    REMOTE_METHODS = PARTITION_METHODS | {"batch", "wait_any", "wait_replicated"}
-
-    def __init__(self, logs: LogManager, topics: TopicRegistry, leader_epoch: int = 0, replicas=None):
+class Partitions:
+    def __init__(self, logs: LogManager, topics: TopicRegistry, *, replicas=None, purgatory: Purgatory | None = None):
         self.logs = logs
         self.topics = topics
-        self.leader_epoch = leader_epoch  # standalone: every partition's, for good
-        # cluster mode: the ReplicaManager, which says what this broker leads,
-        # at which epoch, and where the high watermark is
+        self.purgatory = purgatory or Purgatory()
+        # cluster mode: the ReplicaManager, which gives the partitions assigned here their roles
         self.replicas = replicas
-        self._waiters: dict[tuple[str, int], list[asyncio.Future]] = {}
+        self._standalone: dict[tuple[str, int], Partition] = {}
         self._configs_generation = topics.generation
-        # a client retrying into a full disk, or resending a bad batch, fails
-        # every few milliseconds: one line a minute per partition and cause
-        self._rejected = Throttled(log)
 
-    def partition_log(self, topic: str, partition: int):
-        """This worker's open ``Log`` of the partition (opened on first use), or
-        None when the partition does not exist."""
+    # --- the registry -------------------------------------------------------------------
+    def resolve(self, topic: str, partition: int) -> Partition | ErrorCode:
+        """The partition as this worker holds it, or why there is none here."""
+        if self.replicas is not None:
+            found = self.replicas.partitions.get((topic, partition))
+            if found is not None:
+                return found
+            # no replica here: a partition of a known topic is another broker's
+            return (ErrorCode.not_leader_or_follower if self.topics.get(topic) is not None
+                    else ErrorCode.unknown_topic_or_partition)
+        partition_log = self._standalone_log(topic, partition)
+        if partition_log is None:
+            self._standalone.pop((topic, partition), None)
+            return ErrorCode.unknown_topic_or_partition
+        found = self._standalone.get((topic, partition))
+        if found is None or found.log is not partition_log:
+            found = self._standalone[(topic, partition)] = Partition(topic, partition, partition_log)
+        return found
+
+    def _standalone_log(self, topic: str, partition: int):
+        """The partition's open log (opened on first use), or None when it does not exist."""
         found = self.logs.get_log(topic, partition)
-        if found is not None or self.replicas is not None:  # a cluster's replicas are made by their roles
+        if found is not None:
             return found
         # Topics are created with all their partition directories, so one that
         # is missing belongs to a topic being deleted (perhaps through another
@@ -128,231 +83,171 @@ class PartitionService:
             return None
         return self.logs.get_or_create_log(topic, partition, topic_id=info.topic_id)
 
-    # --- roles -----------------------------------------------------------------
-    def _missing(self, topic: str) -> ErrorCode:
-        """No log here: in a cluster, a partition of a known topic is another broker's."""
-        if self.replicas is not None and self.topics.get(topic) is not None:
-            return ErrorCode.not_leader_or_follower
-        return ErrorCode.unknown_topic_or_partition
+    def log_of(self, topic: str, partition: int):
+        """The partition's log here, whatever its role (None when there is none)."""
+        found = self.resolve(topic, partition)
+        return None if isinstance(found, ErrorCode) else found.log
 
-    def _not_leading(self, topic: str, partition: int) -> bool:
-        return self.replicas is not None and not self.replicas.leads(topic, partition)
+    def leads(self, topic: str, partition: int) -> bool:
+        found = self.resolve(topic, partition)
+        return not isinstance(found, ErrorCode) and found.leads()
 
-    def _epoch(self, topic: str, partition: int) -> int:
-        return self.leader_epoch if self.replicas is None else self.replicas.leader_epoch(topic, partition)
+    def in_doubt(self, topic: str, partition: int) -> bool:
+        found = self.resolve(topic, partition)
+        return not isinstance(found, ErrorCode) and found.in_doubt()
 
-    def _epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> ErrorCode | None:
-        """A request naming a leader epoch other than ours is behind
-        (FENCED_LEADER_EPOCH) or ahead (UNKNOWN_LEADER_EPOCH), as Kafka answers."""
-        epoch = self._epoch(topic, partition)
-        if current_leader_epoch < 0 or current_leader_epoch == epoch:
-            return None
-        return ErrorCode.fenced_leader_epoch if current_leader_epoch < epoch else ErrorCode.unknown_leader_epoch
+    def _leading(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Partition | ErrorCode:
+        """The partition, if it may be served here as by its leader; else the error."""
+        found = self.resolve(topic, partition)
+        if isinstance(found, ErrorCode):
+            return found
+        return found.leader_error(current_leader_epoch) or found
 
-    # --- writing ---------------------------------------------------------------
-    def append(self, topic: str, partition: int, records, acks: int = 1) -> AppendResult:
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return AppendResult(self._missing(topic))
-        if self._not_leading(topic, partition):
-            return AppendResult(ErrorCode.not_leader_or_follower)
-        in_sync = 1 if self.replicas is None else self.replicas.isr_size(topic, partition)
-        if acks == -1 and self.topics.config_for(topic).min_insync_replicas > in_sync:
-            # as Kafka: acks=all is refused, before appending, while fewer
-            # replicas are in sync than the topic's min.insync.replicas
-            return AppendResult(ErrorCode.not_enough_replicas, log_start_offset=partition_log.log_start_offset,
-                                message=f"{topic}-{partition} has {in_sync} in-sync replica(s), below "
-                                        f"min.insync.replicas")
-        try:
-            info = partition_log.append(_as_v2(records), leader_epoch=self._epoch(topic, partition))
-        except CorruptRecordError as exc:  # a legacy message set that does not decode
-            return self._rejected_append(topic, partition, partition_log, ErrorCode.corrupt_message, exc)
-        except StorageError as exc:
-            return self._rejected_append(topic, partition, partition_log, exc.error_code, exc)
-        except OSError as exc:
-            self._rejected.log(logging.ERROR, (topic, partition, ErrorCode.kafka_storage_error),
-                               "produce to %s-%d failed writing: %s", topic, partition, exc)
-            return AppendResult(ErrorCode.kafka_storage_error, log_start_offset=partition_log.log_start_offset,
-                                message=str(exc))
-        self.wake(topic, partition)  # long polls on it (standalone: consumers; in a cluster: followers)
-        if self.replicas is not None:
-            self.replicas.advance(topic, partition)  # an ISR of one: the high watermark moves now
-        observe.appended(topic, info.size, info.records)
-        return AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, partition_log.log_start_offset,
-                            end_offset=info.last_offset + 1)
+    def changed(self, partition: Partition) -> None:
+        """Something of ``partition`` moved (data, the high watermark, a follower's
+        position, its role): the delayed operations on it look again."""
+        self.purgatory.poke(partition.key)
 
-    def _rejected_append(self, topic, partition, partition_log, error: ErrorCode, exc: Exception) -> AppendResult:
-        self._rejected.log(logging.WARNING, (topic, partition, error), "produce to %s-%d rejected: %s",
-                           topic, partition, exc)
-        return AppendResult(error, log_start_offset=partition_log.log_start_offset, message=str(exc))
+    # --- the calls ---------------------------------------------------------------------------
+    def handlers(self) -> dict:
+        """Call type -> the method answering it (``owners.py`` dispatches on it)."""
+        return {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
+                ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
+                DeleteRecords: self.delete_records, DeletePartition: self.delete_partition, Batch: self.batch,
+                WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
 
-    async def batch(self, method: str, calls: list) -> list:
-        """``method(*args)`` for each args tuple: one intra-broker round trip for
-        all the partitions of a request that this worker owns.  While this
-        worker's leaderships are in doubt (a pause noticed, an expired session:
-        confirmed within a ZooKeeper round trip or two) the calls wait for the
-        answer rather than fail: a refusal would split a producer's pipelined
-        requests, the first refused and the next out of sequence."""
-        if method not in self.PARTITION_METHODS:
-            raise ValueError(f"{method!r} is not a partition method")
+    async def settled(self) -> None:
+        """Return once this worker's leaderships are not in doubt (or it waited long enough)."""
         if self.replicas is not None:
             await self.replicas.settled()
-        run = getattr(self, method)
-        return [run(*args) for args in calls]
 
-    async def wait_replicated(self, wanted: list, timeout_s: float) -> list:
-        """acks=all: for each ``(topic, partition, end_offset)``, an ErrorCode
-        once the high watermark passed it (standalone: at once, the one replica
-        has it)."""
-        if self.replicas is None:
-            return [ErrorCode.none] * len(wanted)
-        return list(await asyncio.gather(*(
-            self.replicas.wait_replicated(t, p, end, self.topics.config_for(t).min_insync_replicas, timeout_s)
-            for t, p, end in wanted)))
+    async def batch(self, call: Batch) -> Batched:
+        """Several partitions' calls in one round trip."""
+        await self.settled()
+        handlers = self.handlers()
+        results = []
+        for one in call.calls:
+            result = handlers[type(one)](one)
+            results.append(await result if hasattr(result, "__await__") else result)
+        return Batched(results)
 
-    async def wait_any(self, wanted: list, timeout_s: float, replica: bool = False) -> bool:
-        """True once any ``(topic, partition, offset)`` has data at or beyond
-        its offset (below the high watermark, unless a ``replica`` asks);
-        False after ``timeout_s``."""
-        waits = [asyncio.ensure_future(self.wait_beyond(t, p, offset, timeout_s, replica)) for t, p, offset in wanted]
-        if not waits:
-            return False
-        done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-        for wait in pending:
-            wait.cancel()
-        return any(w.result() for w in done if not w.cancelled() and w.exception() is None)
+    def append(self, call: Append) -> AppendResult:
+        found = self._leading(call.topic, call.partition)
+        if isinstance(found, ErrorCode):
+            return AppendResult(found)
+        result = found.append(call.records, call.acks, self.topics.config_for(call.topic).min_insync_replicas)
+        if result.error == ErrorCode.none:
+            if self.replicas is not None:
+                self.replicas.advance(found)  # an ISR of one: the high watermark moves now
+            self.changed(found)  # long polls on it (standalone: consumers; in a cluster: followers)
+        return result
 
-    def wake(self, topic: str, partition: int) -> None:
-        """Long polls on the partition look again (new data, a new high watermark, a deletion)."""
-        for future in self._waiters.pop((topic, partition), ()):
-            if not future.done():
-                future.set_result(True)
+    def locate(self, call: Locate):
+        found = self._leading(call.topic, call.partition, call.current_leader_epoch)
+        if isinstance(found, ErrorCode):
+            return call.unanswered(found)
+        return found.locate(call.offset, call.max_bytes)
 
-    # --- reading ---------------------------------------------------------------
-    def locate(self, topic: str, partition: int, offset: int, max_bytes: int, replica_id: int = -1,
-               current_leader_epoch: int = -1, replica_epoch: int = -1) -> LocateResult:
-        """Where the whole batches from ``offset`` are, up to the high watermark
-        (a follower, ``replica_id`` >= 0, reads to the log end, and its fetch
-        offset tells the leader how far that incarnation, ``replica_epoch``, got).  The file identity lets the
-        sender make sure it reads the file these positions are in, even if
-        compaction swapped a new file in under the same name meanwhile."""
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return LocateResult(self._missing(topic))
-        if self._not_leading(topic, partition):
-            return LocateResult(ErrorCode.not_leader_or_follower)
-        fenced = self._epoch_error(topic, partition, current_leader_epoch)
-        if fenced is not None:
-            return LocateResult(fenced)
-        if replica_id >= 0 and self.replicas is not None:
-            self.replicas.follower_fetched(topic, partition, replica_id, offset, replica_epoch)
-        hw = partition_log.high_watermark
-        start = partition_log.log_start_offset
-        try:
-            found = partition_log.read(offset, max_bytes, max_offset=None if replica_id >= 0 else hw)
-        except OffsetOutOfRangeError:
-            return LocateResult(ErrorCode.offset_out_of_range, hw, hw, start)
-        if found is None:
-            return LocateResult(ErrorCode.none, hw, hw, start)
-        st = os.fstat(found.segment.fd)
-        return LocateResult(ErrorCode.none, hw, hw, start, found.segment.log_path, found.position, found.size,
-                            (st.st_dev, st.st_ino))
+    def follower_fetch(self, call: FollowerFetch):
+        """A follower's fetch: first its position is recorded (the follower holds
+        everything below ``offset``), which may grow the ISR and move the high
+        watermark; then where its next batches are, up to the log end."""
+        found = self._leading(call.topic, call.partition, call.current_leader_epoch)
+        if isinstance(found, ErrorCode):
+            return call.unanswered(found)
+        if found.follower_fetched(call.replica_id, call.replica_epoch, call.offset, call.log_start_offset, now_ms()):
+            self.replicas.follower_progressed(found)
+            self.changed(found)
+        return found.locate(call.offset, call.max_bytes, to_log_end=True)
 
-    async def wait_beyond(self, topic: str, partition: int, offset: int, timeout_s: float,
-                          replica: bool = False) -> bool:
-        """True once the partition holds data at or beyond ``offset`` (below
-        the high watermark unless for a ``replica``), or it does now, or this
-        broker stopped leading it; False after ``timeout_s``.  For long polls."""
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None or self._not_leading(topic, partition):
-            return True
-        if (partition_log.written_offset if replica else partition_log.high_watermark) > offset:
-            return True
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault((topic, partition), []).append(future)
-        try:
-            return await asyncio.wait_for(future, timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            waiters = self._waiters.get((topic, partition))
-            if waiters and future in waiters:
-                waiters.remove(future)
+    def list_offset(self, call: ListOffset):
+        found = self._leading(call.topic, call.partition)
+        return call.unanswered(found) if isinstance(found, ErrorCode) else found.list_offset(call.timestamp)
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> ListedOffset:
-        """Kafka's ListOffsets for one partition."""
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return ListedOffset(self._missing(topic))
-        if self._not_leading(topic, partition):
-            return ListedOffset(ErrorCode.not_leader_or_follower)
-        epoch = self._epoch(topic, partition)
-        if timestamp in (LATEST, LATEST_TIERED):
-            return ListedOffset(ErrorCode.none, partition_log.high_watermark, -1, epoch)
-        if timestamp in (EARLIEST, EARLIEST_LOCAL):
-            return ListedOffset(ErrorCode.none, partition_log.log_start_offset, -1, epoch)
-        if timestamp == MAX_TIMESTAMP:
-            found = partition_log.offset_of_max_timestamp()
-        elif timestamp < 0:
-            return ListedOffset(ErrorCode.unknown_server_error)
-        else:
-            found = partition_log.offset_for_timestamp(timestamp)
-        if found is None:
-            return ListedOffset(ErrorCode.none, -1, -1, epoch)
-        return ListedOffset(ErrorCode.none, found[0], found[1], epoch)
+    def bounds(self, call: PartitionBounds):
+        found = self._leading(call.topic, call.partition)
+        return call.unanswered(found) if isinstance(found, ErrorCode) else found.bounds()
 
-    def offsets(self, topic: str, partition: int) -> PartitionOffsets:
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return PartitionOffsets(self._missing(topic))
-        if self._not_leading(topic, partition):
-            return PartitionOffsets(ErrorCode.not_leader_or_follower)
-        return PartitionOffsets(ErrorCode.none, partition_log.log_start_offset, partition_log.high_watermark,
-                                self._epoch(topic, partition))
+    def epoch_end(self, call: EpochEnd):
+        found = self._leading(call.topic, call.partition, call.current_leader_epoch)
+        return call.unanswered(found) if isinstance(found, ErrorCode) else found.epoch_end(call.leader_epoch)
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int,
-                             current_leader_epoch: int = -1) -> EpochEndOffset:
-        """OffsetForLeaderEpoch.  A client that names a current leader epoch
-        other than ours is told it is behind (FENCED_LEADER_EPOCH) or ahead
-        (UNKNOWN_LEADER_EPOCH), as Kafka does."""
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return EpochEndOffset(self._missing(topic))
-        if self._not_leading(topic, partition):
-            return EpochEndOffset(ErrorCode.not_leader_or_follower)
-        fenced = self._epoch_error(topic, partition, current_leader_epoch)
-        if fenced is not None:
-            return EpochEndOffset(fenced)
-        return EpochEndOffset(ErrorCode.none, *partition_log.end_offset_for_epoch(epoch, self._epoch(topic, partition)))
-
-    # --- deleting --------------------------------------------------------------
-    def delete_records(self, topic: str, partition: int, offset: int) -> DeletedRecords:
-        """DeleteRecords; an ``offset`` of -1 means up to the high watermark."""
-        partition_log = self.partition_log(topic, partition)
-        if partition_log is None:
-            return DeletedRecords(self._missing(topic))
-        if self._not_leading(topic, partition):
+    async def delete_records(self, call: DeleteRecords) -> DeletedRecords:
+        """DeleteRecords: the leader's log start moves now; the answer waits until
+        every in-sync replica has moved its own (Kafka's DelayedDeleteRecords), so a
+        leader elected later has no record the client deleted."""
+        found = self._leading(call.topic, call.partition)
+        if isinstance(found, ErrorCode):
+            return DeletedRecords(found)
+        deleted = found.delete_records(call.offset)
+        if deleted.error != ErrorCode.none or found.role is Role.STANDALONE:
+            return deleted
+        self.changed(found)
+        epoch = found.leader_epoch
+        caught_up = await self.purgatory.wait(
+            [found.key], lambda: found.replicas_log_start() >= deleted.low_watermark or not _still(found, epoch),
+            call.timeout_ms / 1000)
+        if not _still(found, epoch):
             return DeletedRecords(ErrorCode.not_leader_or_follower)
-        target = partition_log.high_watermark if offset == -1 else offset
-        try:
-            return DeletedRecords(ErrorCode.none, partition_log.delete_records_before(target))
-        except OffsetOutOfRangeError:
-            return DeletedRecords(ErrorCode.offset_out_of_range, partition_log.log_start_offset)
+        return deleted if caught_up else DeletedRecords(ErrorCode.request_timed_out, deleted.low_watermark)
 
-    def delete_partition(self, topic: str, partition: int) -> ErrorCode:
+    def delete_partition(self, call: DeletePartition) -> Done:
         """Remove a partition of a deleted topic, open or not."""
-        if self.logs.delete_log(topic, partition):
-            self.wake(topic, partition)  # long polls on it answer now
-            return ErrorCode.none
-        for log_dir in self.logs.log_dirs:
-            path = os.path.join(log_dir, filenames.partition_dir_name(topic, partition))
-            if os.path.isdir(path):
-                doomed = os.path.join(log_dir, filenames.delete_dir_name(topic, partition))
-                os.rename(path, doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
-        self.wake(topic, partition)
+        key = (call.topic, call.partition)
+        found = self._standalone.pop(key, None)
+        if not self.logs.delete_log(*key):
+            for log_dir in self.logs.log_dirs:
+                path = os.path.join(log_dir, filenames.partition_dir_name(*key))
+                if os.path.isdir(path):
+                    doomed = os.path.join(log_dir, filenames.delete_dir_name(*key))
+                    os.rename(path, doomed)
+                    shutil.rmtree(doomed, ignore_errors=True)
+        if found is not None:
+            found.role = Role.OFFLINE  # whoever still holds it sees it gone
+        self.purgatory.poke(key)  # long polls on it answer now
+        return Done(ErrorCode.none)
+
+    # --- waits ----------------------------------------------------------------------------------
+    async def wait_replicated(self, call: WaitReplicated) -> Replicated:
+        """acks=all, per (topic, partition, end offset): once the high watermark
+        passed it.  Kafka's answers otherwise: NOT_ENOUGH_REPLICAS_AFTER_APPEND when
+        the ISR had shrunk below min.insync.replicas by then,
+        NOT_LEADER_OR_FOLLOWER when leadership went, REQUEST_TIMED_OUT when time
+        ran out."""
+        return Replicated(list(await asyncio.gather(*(self._replicated(topic, partition, end, call.timeout_ms / 1000)
+                                                     for topic, partition, end in call.items))))
+
+    async def _replicated(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
+        found = self.resolve(topic, partition)
+        if isinstance(found, ErrorCode) or found.role not in (Role.LEADER, Role.STANDALONE):
+            return ErrorCode.not_leader_or_follower
+        if found.role is Role.STANDALONE:
+            return ErrorCode.none  # the one replica has it
+        epoch = found.leader_epoch
+        reached = await self.purgatory.wait(
+            [found.key], lambda: found.log.high_watermark >= end_offset or not _still(found, epoch), timeout_s)
+        if not _still(found, epoch):
+            return ErrorCode.not_leader_or_follower
+        if not reached:
+            return ErrorCode.request_timed_out
+        if found.isr_size() < self.topics.config_for(topic).min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
 
+    async def wait_for_data(self, call: WaitForData) -> DataReady:
+        """A fetch long poll: until any (topic, partition) has data at or beyond
+        its offset (below the high watermark unless for a replica), or it stopped
+        being led here; False after the timeout."""
+        def ready() -> bool:
+            for topic, partition, offset in call.items:
+                found = self.resolve(topic, partition)
+                if isinstance(found, ErrorCode) or found.has_data_beyond(offset, call.replica):
+                    return True
+            return False
+        keys = [(topic, partition) for topic, partition, _ in call.items]
+        return DataReady(await self.purgatory.wait(keys, ready, call.timeout_ms / 1000))
+
+    # --- periodic work --------------------------------------------------------------------
     def tick(self) -> None:
         self.topics.refresh()  # notice topics deleted or grown through other workers
         if self.topics.generation != self._configs_generation:
@@ -361,12 +256,6 @@ class PartitionService:
         self.logs.tick(now_ms())
 
 
-def _as_v2(records):
-    """Produce v0-v2 carry legacy message sets; the log holds only v2 batches."""
-    if records is None or len(records) < 17 or records[16] == 2:
-        return records if isinstance(records, (bytearray, memoryview)) else bytearray(records or b"")
-    converted = decode_message_set(bytes(records))
-    # the first message's codec (a compressed set is one wrapper message): Kafka
-    # keeps what the producer chose when it converts to the v2 format
-    codec = records[17] & layout.LEGACY_COMPRESSION_MASK
-    return bytearray(encode_batch(converted, base_offset=converted[0].offset if converted else 0, compression=codec))
+def _still(found: Partition, epoch: int) -> bool:
+    """The partition is still led here under the epoch a wait began in (doubt aside)."""
+    return found.role in (Role.LEADER, Role.STANDALONE) and found.leader_epoch == epoch

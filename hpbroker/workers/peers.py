@@ -1,85 +1,64 @@
-"""The intra-broker channel: one worker asks another to run a method for a
-partition or group it owns, and awaits the answer.
+"""The intra-broker channel: a worker asks another to answer an owner call
+(``owner_calls``) for a partition or group it owns, and awaits the result.
 
-What can be called is declared: a worker serves ``RemoteServices``, its
-services by name (``partitions``, ``groups``), and of each only the methods its
-class lists in ``REMOTE_METHODS``; a call names one as ``"service.method"``.
-Any other name is refused (logged, and answered to the caller as an error).
-
-Each worker listens on an abstract-namespace Unix socket named after the
+Every worker listens on an abstract-namespace Unix socket named after the
 broker (the acceptor's pid) and its index; peers connect lazily and reconnect
-after a restart.  Frames are a 4-byte length and a pickle of
-``(call id, method, args)`` one way and ``(call id, ok, result)`` back; both
-ends are the same program, so pickle is a fair codec.  Calls are answered
-concurrently and may complete out of order, matched by call id.
+after a restart.  A frame is a 4-byte length and one message of
+``owner_calls``' codec: ``(call id, call)`` one way, ``(call id, result)`` back.
+Only the declared call types decode; anything else is answered ``Failed``
+when its call id can be read, logged and dropped otherwise, and never ends
+the channel.  Calls are answered concurrently and may complete out of order,
+matched by call id.
 
 A call to a peer that is down (restarting) raises ``PeerUnavailable``; the
-request handler answers the client with a retriable error for those
-partitions, as Kafka does while a partition moves.
+owner client (``owners.py``) turns it into the call's retriable error.
 """
+
+from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import pickle
 import socket
 import struct
+
+from hpbroker.errors import ErrorCode
+from hpbroker.workers import owner_calls
+from hpbroker.workers.owner_calls import ChannelError, Failed, OwnerError
 
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 _CONNECT_TIMEOUT_S = 2.0
+MAX_FRAME_BYTES = 256 << 20  # a larger length prefix is a broken stream
 
 
 class PeerUnavailable(Exception):
     pass
 
 
-class UnknownRemoteMethod(LookupError):
-    """A call names no declared method of a served service."""
-
-
-class RemoteServices:
-    """A worker's services by name, and the methods of each that may be called
-    by name (from a peer, or locally the same way): those its class declares
-    in ``REMOTE_METHODS``, bound once, here."""
-
-    def __init__(self, services: dict):
-        self._services = dict(services)
-        self._methods = {f"{name}.{method}": getattr(service, method)
-                         for name, service in self._services.items() for method in service.REMOTE_METHODS}
-
-    def __getitem__(self, name: str):
-        return self._services[name]
-
-    def method(self, name: str):
-        """The bound method called ``"service.method"``; UnknownRemoteMethod if undeclared."""
-        found = self._methods.get(name)
-        if found is None:
-            raise UnknownRemoteMethod(f"{name!r} is not a remote method")
-        return found
-
-
 def socket_name(broker_tag: str, worker: int) -> str:
     return f"\0hpbroker-{broker_tag}-worker-{worker}"
 
 
-async def _read_frame(reader: asyncio.StreamReader):
-    header = await reader.readexactly(4)
-    return pickle.loads(await reader.readexactly(_LENGTH.unpack(header)[0]))
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    size = _LENGTH.unpack(await reader.readexactly(4))[0]
+    if size > MAX_FRAME_BYTES:
+        raise ConnectionError(f"a peer frame of {size} bytes")
+    return await reader.readexactly(size)
 
 
-def _frame(obj) -> bytes:
-    body = pickle.dumps(obj, protocol=5)
+def _frame(body: bytes) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
 class PeerServer:
-    """Serves calls from the other workers on the declared methods of ``services``."""
+    """Answers the other workers' calls with this worker's ``LocalOwner``: the
+    same code, and the same failures, as this worker's own handlers get."""
 
-    def __init__(self, broker_tag: str, index: int, services: RemoteServices):
+    def __init__(self, broker_tag: str, index: int, local):
         self.name = socket_name(broker_tag, index)
-        self.services = services
+        self.local = local  # owners.LocalOwner
         self._server = None
 
     async def start(self) -> None:
@@ -90,27 +69,31 @@ class PeerServer:
     async def _serve(self, reader, writer) -> None:
         try:
             while True:
-                call_id, method, args = await _read_frame(reader)
-                asyncio.get_running_loop().create_task(self._answer(writer, call_id, method, args))
+                frame = await _read_frame(reader)
+                try:
+                    call_id, call = owner_calls.decode_call(frame)
+                except ChannelError as exc:
+                    log.error("peer call refused: %s", exc)
+                    if exc.call_id is not None:
+                        self._reply(writer, exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
+                    continue
+                asyncio.get_running_loop().create_task(self._answer(writer, call_id, call))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass  # the peer went away, or this worker is stopping
         finally:
             writer.close()
 
-    async def _answer(self, writer, call_id, method, args) -> None:
+    async def _answer(self, writer, call_id: int, call) -> None:
         try:
-            result = self.services.method(method)(*args)
-            if asyncio.iscoroutine(result):
-                result = await result
-            reply = (call_id, True, result)
-        except UnknownRemoteMethod as exc:
-            log.error("peer call refused: %s", exc)
-            reply = (call_id, False, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # the caller decides; this worker keeps serving
-            log.exception("peer call %s failed", method)
-            reply = (call_id, False, f"{type(exc).__name__}: {exc}")
+            result = await self.local.call(call)
+        except OwnerError as exc:
+            result = Failed(exc.error, str(exc))
+        self._reply(writer, call_id, result)
+
+    @staticmethod
+    def _reply(writer, call_id: int, result) -> None:
         try:
-            writer.write(_frame(reply))
+            writer.write(_frame(owner_calls.encode(call_id, result)))
         except (ConnectionError, RuntimeError):
             pass
 
@@ -128,13 +111,17 @@ class _Connection:
     async def _read_replies(self) -> None:
         try:
             while True:
-                call_id, ok, result = await _read_frame(self.reader)
+                frame = await _read_frame(self.reader)
+                try:
+                    call_id, result = owner_calls.decode_result(frame)
+                except ChannelError as exc:
+                    log.error("a peer's answer refused: %s", exc)
+                    if exc.call_id is None:
+                        continue
+                    call_id, result = exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc))
                 future = self.pending.pop(call_id, None)
                 if future is not None and not future.done():
-                    if ok:
-                        future.set_result(result)
-                    else:
-                        future.set_exception(RuntimeError(result))
+                    future.set_result(result)
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
@@ -149,7 +136,7 @@ class _Connection:
 
 
 class PeerClient:
-    """Calls methods on the other workers."""
+    """Sends owner calls to the other workers."""
 
     def __init__(self, broker_tag: str):
         self.broker_tag = broker_tag
@@ -181,13 +168,15 @@ class PeerClient:
         self._connections[worker] = conn
         return conn
 
-    async def call(self, worker: int, method: str, *args):
+    async def call(self, worker: int, call):
+        """``call``'s result (or ``Failed``) from worker ``worker``; PeerUnavailable
+        when it cannot be reached or goes away before answering."""
         conn = await self._connection(worker)
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         conn.pending[call_id] = future
         try:
-            conn.writer.write(_frame((call_id, method, args)))
+            conn.writer.write(_frame(owner_calls.encode(call_id, call)))
         except (ConnectionError, RuntimeError) as exc:
             conn.pending.pop(call_id, None)
             raise PeerUnavailable(str(exc)) from None

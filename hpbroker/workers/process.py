@@ -14,11 +14,10 @@ import os
 import resource
 import signal
 import socket
-from collections import deque
 
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
-from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
 from hpbroker.server.logs import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
 from hpbroker.storage import LogManager
@@ -28,12 +27,14 @@ from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
+from hpbroker.workers.control_endpoint import ControlEndpoint
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
-from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.owners import LocalOwner, Owners
+from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.peer_states import PeerStates
-from hpbroker.workers.peers import PeerClient, PeerServer, RemoteServices
+from hpbroker.workers.peers import PeerClient, PeerServer
 from hpbroker.workers.producer_ids import ClusterProducerIds
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
@@ -59,8 +60,6 @@ class Worker:
         self.stopping: asyncio.Event | None = None
         self.draining = self.drained = False
         self._tick_problems = Throttled(log)
-        self._outbox: deque = deque()  # (message, then) not yet sent to the acceptor
-        self._outbox_waiting = False
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         self._fd_ceiling = soft - FD_RESERVE  # connections beyond leave segment files no descriptors
 
@@ -88,15 +87,16 @@ class Worker:
             self.peer_states = PeerStates(cfg.broker_id, on_change=self._on_peer_states)
             self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link,
                                            current_image=self._current_image)
-        self.service = PartitionService(self.logs, self.topics, replicas=self.replicas)
-        self.groups = GroupCoordinator(self.service, self.topics, cfg, self.index, self.workers,
-                                       leads=self.replicas.leads if self.replicas else None,
-                                       fenced=self.replicas.fenced if self.replicas else None)
-        if self.replicas is not None:
-            self.replicas.wake = self.service.wake
+        self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas)
+        in_cluster = self.replicas is not None
+        self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
+                                       leads=self.partitions.leads if in_cluster else None,
+                                       fenced=self.partitions.in_doubt if in_cluster else None)
+        if in_cluster:
+            self.replicas.changed = self.partitions.changed
             self.replicas.on_leadership = self._leadership_changed
-        # what peers may call, and this worker's handlers the same way
-        self.services = RemoteServices({"partitions": self.service, "groups": self.groups})
+        # what this worker answers, to its own handlers and to its peers alike
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
 
     def _join_cluster(self) -> None:
         """Cluster mode: this worker's own ZooKeeper session (opened after the
@@ -151,7 +151,7 @@ class Worker:
         for sig in (signal.SIGTERM,):
             loop.add_signal_handler(sig, self.stopping.set)
         self.peers = PeerClient(self.broker_tag)
-        self.peer_server = PeerServer(self.broker_tag, self.index, self.services)
+        self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner)
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
@@ -159,21 +159,24 @@ class Worker:
         if self.link is not None:
             cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
-        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, self.services, self.peers,
+        owners = Owners(self.index, self.workers, self.local_owner, self.peers, self.config["offsets.topic.num.partitions"])
+        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners, groups=self.groups,
                                  cluster=cluster, producer_ids=producer_ids)
         if self.link is not None:
             self._on_image()
             self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
                                  lambda session: loop.call_soon_threadsafe(self._on_session, session))
-        self.control.setblocking(False)
-        loop.add_reader(self.control.fileno(), self._on_control)
-        self._send(Kind.READY)
+        self.endpoint = ControlEndpoint(self.control, on_connection=self._on_connection, on_stop=self.stopping.set,
+                                        on_drain=lambda: loop.create_task(self._drain(report=True)),
+                                        on_reload=self._reload)
+        self.endpoint.start()
+        self.endpoint.send(Kind.READY)
         self.groups.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
         gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.groups, self.connections))
         await self.stopping.wait()
-        loop.remove_reader(self.control.fileno())
+        self.endpoint.stop_reading()
         if not self.drained:
             await self._drain()
         ticker.cancel()
@@ -189,72 +192,7 @@ class Worker:
         self.logs.close()
         log.info("worker %d stopped: partitions flushed, checkpoints written", self.index)
 
-    # --- control channel -----------------------------------------------------------
-    def _send(self, kind: Kind, payload=None, then=None) -> None:
-        """Send to the acceptor, in order, never dropping a message: when the
-        channel is full, messages queue until it is writable again.  ``then``
-        runs once the message has left (a connection is adopted only after
-        its "took" has, so the acceptor never hands on a socket we serve)."""
-        self._outbox.append((control_channel.encode(kind, payload), then))
-        if len(self._outbox) == 1:
-            self._flush_outbox()
-
-    def _flush_outbox(self) -> None:
-        while self._outbox:
-            message, then = self._outbox[0]
-            try:
-                self.control.send(message)
-            except BlockingIOError:
-                if not self._outbox_waiting:
-                    asyncio.get_running_loop().add_writer(self.control.fileno(), self._flush_outbox)
-                    self._outbox_waiting = True
-                return
-            except OSError as exc:
-                log.warning("control channel: %s", exc)  # the acceptor is gone: _on_control stops us
-                self._outbox.clear()
-                return
-            self._outbox.popleft()
-            if then is not None:
-                then()
-        if self._outbox_waiting:
-            asyncio.get_running_loop().remove_writer(self.control.fileno())
-            self._outbox_waiting = False
-
-    def _on_control(self) -> None:
-        while True:
-            try:
-                data, fds, flags, _addr = socket.recv_fds(self.control, control_channel.MAX_MESSAGE, 8)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                log.error("control channel failed (%s); stopping", exc)
-                self.stopping.set()
-                return
-            if not data and not fds:
-                log.error("the acceptor went away; stopping")
-                self.stopping.set()
-                return
-            try:
-                message = control_channel.decode(data)
-            except ControlMessageError as exc:
-                log.warning("ignoring a message from the acceptor: %s", exc)
-                message = None
-            if message is not None and message.kind is Kind.CONN:
-                self._on_connection(fds, flags)
-                continue
-            for fd in fds:
-                os.close(fd)  # only a connection comes with a descriptor
-            if message is None:
-                continue
-            if message.kind is Kind.STOP:
-                self.stopping.set()
-            elif message.kind is Kind.DRAIN:
-                asyncio.get_running_loop().create_task(self._drain(report=True))
-            elif message.kind is Kind.RELOAD:
-                self._reload(message.payload)
-            else:
-                log.warning("ignoring a %s message from the acceptor: it is a worker's to send", message.kind.value)
-
+    # --- what the acceptor says ----------------------------------------------------------
     def _on_connection(self, fds: list[int], flags: int) -> None:
         """The acceptor keeps each connection until we answer: "took" (adopted
         once that answer has left) or "lost" when its descriptor did not
@@ -263,10 +201,10 @@ class Worker:
         if flags & socket.MSG_CTRUNC or len(fds) != 1 or fds[0] >= self._fd_ceiling:
             for fd in fds:
                 os.close(fd)
-            self._send(Kind.LOST)
+            self.endpoint.send(Kind.LOST)
             return
         fd = fds[0]
-        self._send(Kind.TOOK, then=lambda: self._adopt(fd))
+        self.endpoint.send(Kind.TOOK, then=lambda: self._adopt(fd))
 
     def _reload(self, props: dict) -> None:
         """Apply new log settings (retention, flush, roll, ...) to every open log."""
@@ -308,7 +246,7 @@ class Worker:
     def _closed(self, connection) -> None:
         if connection in self.connections:
             self.connections.discard(connection)
-            self._send(Kind.CLOSED)
+            self.endpoint.send(Kind.CLOSED)
 
     async def _drain(self, report: bool = False) -> None:
         """First half of a stop: no more requests; the ones in flight finish
@@ -321,28 +259,21 @@ class Worker:
         await self._close_connections()
         self.drained = True
         if report:
-            self._send(Kind.DRAINED)
+            self.endpoint.send(Kind.DRAINED)
 
     async def _close_connections(self) -> None:
         """Stop reading, let each connection finish the request it is on, close."""
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.draining = True
-                connection.transport.pause_reading()
-                connection.queue.put_nowait(None)
+            connection.drain()
         tasks = [c.task for c in self.connections if c.task is not None]
         if tasks:
             _done, busy = await asyncio.wait(tasks, timeout=self.config["shutdown.timeout.ms"] / 1000)
             for connection in self.connections:
-                if connection.task in busy and connection.current is not None:
+                if connection.task in busy and connection.busy_with() is not None:
                     # what kept the stop waiting, for whoever reads why it was slow
-                    header = connection.current
-                    log.warning("stopping: a request from %s (api %d v%d, correlation id %d) did not finish in time",
-                                connection.peer, header.api_key, header.api_version,
-                                header.correlation_id)
+                    log.warning("stopping: %s did not finish in time", connection.busy_with())
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.close()
+            connection.close()
 
     # --- periodic work ---------------------------------------------------------------
     async def _tick(self) -> None:
@@ -353,7 +284,7 @@ class Worker:
             try:
                 if self.replicas is not None:
                     self.replicas.tick()
-                self.service.tick()
+                self.partitions.tick()
                 if ticks % PRUNE_EVERY_TICKS == 0:
                     self.ctx.segment_files.prune()
             except OSError as exc:
@@ -373,7 +304,7 @@ class Worker:
     async def _heartbeat(self) -> None:
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
         while True:
-            self._send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
+            self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
                                                  self.ctx.bytes_out))
             await asyncio.sleep(interval)
 

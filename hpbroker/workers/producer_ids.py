@@ -4,8 +4,12 @@ Each worker reserves a block of ids at a time by advancing a counter file at
 the root of the first log dir under a lock (as Kafka's controller hands out
 blocks to brokers); ids of a block a worker did not use before a restart are
 skipped, never reused.
+
+Both allocators (``ProducerIdAllocator`` here, ``ClusterProducerIds`` in a
+cluster) hand out ids with ``await allocate()``.
 """
 
+import asyncio
 import fcntl
 import os
 
@@ -20,7 +24,7 @@ class ProducerIdAllocator:
         self.path = os.path.join(log_dir, COUNTER_FILE)
         self._next = self._end = 0
 
-    def allocate(self) -> int:
+    async def allocate(self) -> int:
         if self._next >= self._end:
             self._next = self._reserve()
             self._end = self._next + BLOCK_SIZE
@@ -49,14 +53,17 @@ class ClusterProducerIds:
     one, ever hand out the same id."""
 
     def __init__(self, link, broker_id: int):
-        self.link = link  # WorkerLink
+        self.link = link  # WorkerLink: its ``admin`` reserves the blocks
         self.broker_id = broker_id
         self._next = self._end = 0
+        self._reserving = asyncio.Lock()  # one block reserved at a time, whoever asks meanwhile waits for it
 
-    def allocate(self) -> int:
-        if self._next >= self._end:
-            start, last = self.link.allocate_producer_ids(self.broker_id)
-            self._next, self._end = start, last + 1
-        allocated = self._next
-        self._next += 1
-        return allocated
+    async def allocate(self) -> int:
+        """The next id (AdminError when a block is needed and ZooKeeper does not give one)."""
+        async with self._reserving:
+            if self._next >= self._end:
+                start, last = await self.link.admin.allocate_producer_ids(self.broker_id)
+                self._next, self._end = start, last + 1
+            allocated = self._next
+            self._next += 1
+            return allocated

@@ -244,13 +244,16 @@ class TopicRegistry:
         finally:
             os.close(fd)
 
-    def create(self, name: str, partitions: int, configs: dict | None = None, *, validate_only: bool = False) -> TopicInfo:
-        result = self.create_all([(name, partitions, configs)], validate_only=validate_only)[0]
+    # The changes are coroutines, as in a cluster (``ClusterTopics``), so that
+    # handlers await either; here the work is done at once, under the lock.
+    async def create(self, name: str, partitions: int, configs: dict | None = None, *,
+                     validate_only: bool = False) -> TopicInfo:
+        result = (await self.create_all([(name, partitions, configs)], validate_only=validate_only))[0]
         if isinstance(result, TopicError):
             raise result
         return result
 
-    def create_all(self, wanted: list, *, validate_only: bool = False) -> list:
+    async def create_all(self, wanted: list, *, validate_only: bool = False) -> list:
         """[(name, partitions, configs)] -> [TopicInfo or TopicError], in order.  The
         topics of one request are made under one lock, so other workers see all of
         them or none (a consumer subscribed to several must not join with half)."""
@@ -294,7 +297,7 @@ class TopicRegistry:
         # As read back from the directories (the lock's last rescan).
         return [self._topics.get(r.name, r) if isinstance(r, TopicInfo) else r for r in results]
 
-    def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
         with self._locked():
             info = self._topics.get(name)
             if info is None:
@@ -312,7 +315,7 @@ class TopicRegistry:
             if configs.pop(name, None) is not None:
                 self._write_configs(configs)
 
-    def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
+    async def set_configs(self, name: str, configs: dict, *, validate_only: bool = False) -> None:
         """Replace a topic's overrides (an empty dict removes them all)."""
         configs = checked_overrides(self.log_config, configs)
         if validate_only:

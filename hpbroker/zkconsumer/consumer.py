@@ -27,7 +27,8 @@ from hpbroker.cluster import session, znodes
 from hpbroker.cluster.consumer_registry import ConsumerRegistry
 from hpbroker.zkconsumer.broker_client import BrokerConnections
 from hpbroker.zkconsumer.offset_storage import DualOffsets, KafkaOffsets, OffsetStorageError, ZooKeeperOffsets
-from hpbroker.zkconsumer.partition_fetcher import EARLIEST, LATEST, Message, PartitionFetcher
+from hpbroker.sentinels import EARLIEST, LATEST
+from hpbroker.zkconsumer.partition_fetcher import Message, PartitionFetcher
 from hpbroker.zkconsumer.range_assignment import range_assign
 
 log = logging.getLogger(__name__)

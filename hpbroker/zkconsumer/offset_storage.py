@@ -19,7 +19,7 @@ from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRe
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from hpbroker import errors as E
+from hpbroker.errors import ErrorCode
 from hpbroker.zkconsumer.broker_client import BrokerConnection, BrokerConnections
 
 RETRY_BACKOFF_S = 0.2
@@ -71,16 +71,16 @@ class KafkaOffsets:
             for t, ps in by_topic.items()))
 
         def answer(response):
-            if response.error_code != E.NONE:
+            if response.error_code != ErrorCode.none:
                 return response.error_code, None
             found = {}
             for topic in response.topics:
                 for row in topic.partitions:
-                    if row.error_code != E.NONE:
+                    if row.error_code != ErrorCode.none:
                         return row.error_code, None
                     if row.committed_offset >= 0:
                         found[(str(topic.name), int(row.partition_index))] = int(row.committed_offset)
-            return E.NONE, found
+            return ErrorCode.none, found
         return self._ask(request, answer, "fetching")
 
     def commit(self, offsets: dict[TopicPartition, int]) -> None:
@@ -99,9 +99,9 @@ class KafkaOffsets:
         def answer(response):
             for topic in response.topics:
                 for row in topic.partitions:
-                    if row.error_code != E.NONE:
+                    if row.error_code != ErrorCode.none:
                         return row.error_code, None
-            return E.NONE, None
+            return ErrorCode.none, None
         self._ask(request, answer, "committing")
 
     def _ask(self, request, answer, doing: str):
@@ -112,7 +112,7 @@ class KafkaOffsets:
         while True:
             try:
                 error, result = answer(self._coordinator_connection().request(request))
-                if error == E.NONE:
+                if error == ErrorCode.none:
                     return result
                 last = f"the coordinator answered {error.name}"
                 if not error.retriable:
@@ -144,7 +144,7 @@ class KafkaOffsets:
             except ConnectionError as exc:
                 last = str(exc)
                 continue
-            if response.error_code == E.NONE:
+            if response.error_code == ErrorCode.none:
                 return str(response.host), int(response.port)
             last = f"broker {broker_id} answered {response.error_code.name}"
         raise ConnectionError(f"no coordinator for group {self.group!r}: {last}")

@@ -21,7 +21,8 @@ import numpy as np
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 
-from hpbroker import errors as E
+from hpbroker.sentinels import EARLIEST
+from hpbroker.errors import ErrorCode
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_BAD_CRC, STOP_BAD_LENGTH, STOP_BAD_MAGIC
 from hpbroker.records import CorruptRecordError, decode_message_set
@@ -31,13 +32,12 @@ from hpbroker.zkconsumer.broker_client import BrokerConnections
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps for the log start and the log end
 _STOP_NAMES = {STOP_BAD_CRC: "a CRC mismatch", STOP_BAD_LENGTH: "an impossible entry length",
                STOP_BAD_MAGIC: "an unknown magic byte"}
 _CORRUPT_STOPS = frozenset(_STOP_NAMES)
-_LEADER_MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION, E.LEADER_NOT_AVAILABLE,
-                           E.FENCED_LEADER_EPOCH, E.UNKNOWN_LEADER_EPOCH, E.REPLICA_NOT_AVAILABLE,
-                           E.KAFKA_STORAGE_ERROR})
+_LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
+                           ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.replica_not_available,
+                           ErrorCode.kafka_storage_error})
 
 
 class Message(NamedTuple):
@@ -163,7 +163,7 @@ class PartitionFetcher:
         for topic in response.topics:
             for row in topic.partitions:
                 tp = (str(topic.name), int(row.partition_index))
-                if row.error_code == E.NONE and tp in self.positions:
+                if row.error_code == ErrorCode.none and tp in self.positions:
                     self.positions[tp] = int(row.offset)
                     log.info("%s-%d: no committed offset to use, starting at the %s offset %d", tp[0], tp[1],
                              "earliest" if self.reset_to == EARLIEST else "latest", row.offset)
@@ -192,12 +192,12 @@ class PartitionFetcher:
         if error in _LEADER_MOVED:
             self._lost_leader([tp], f"the broker answered {error.name}")
             return []
-        if error == E.OFFSET_OUT_OF_RANGE:
+        if error == ErrorCode.offset_out_of_range:
             log.warning("%s-%d: offset %d is out of range; resetting to the %s offset", tp[0], tp[1], position,
                         "earliest" if self.reset_to == EARLIEST else "latest")
             self.positions[tp] = None
             return []
-        if error != E.NONE:
+        if error != ErrorCode.none:
             log.warning("%s-%d: fetch answered %s", tp[0], tp[1], error.name)
             return []
         self.high_watermarks[tp] = int(data.high_watermark)

@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from hpbroker.cluster import session, znodes
 from tests.integration.broker import Broker, children, wait_for
@@ -100,8 +101,17 @@ class Cluster:
         return wait_for(found, WAIT_S, "a controller")
 
     def state(self, topic: str, partition: int) -> znodes.PartitionState:
-        data, stat = self.zk.get(znodes.partition_state_path(topic, partition))
+        # The test's own session may expire while ZooKeeper restarts under it: kazoo
+        # then opens a new one, and the read is made again on that.
+        data, stat = wait_for(lambda: self._read(znodes.partition_state_path(topic, partition)), WAIT_S,
+                              f"ZooKeeper to answer for {topic}-{partition}'s state")
         return znodes.PartitionState.decode(topic, partition, data, stat.version, stat.mzxid)
+
+    def _read(self, path: str):
+        try:
+            return self.zk.get(path)
+        except (SessionExpiredError, ConnectionLoss):
+            return None
 
     def leader_of(self, topic: str, partition: int) -> int:
         return wait_for(lambda: (leader := self.state(topic, partition).leader) >= 0 and leader, WAIT_S,

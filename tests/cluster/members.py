@@ -18,7 +18,8 @@ from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.storage import LogManager
 from hpbroker.storage.config import LogConfig
 from hpbroker.workers.cluster_topics import ClusterTopics
-from hpbroker.workers.partitions import PartitionService
+from hpbroker.workers.owner_calls import FollowerFetch
+from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from tests.integration.broker import wait_for
 
@@ -128,8 +129,20 @@ class Worker:
     """One worker's replica side, as a broker's worker wires it: its own
     session, real logs, the topics and roles fed by the image."""
 
-    def __init__(self, link, logs, topics, replicas, service):
-        self.link, self.logs, self.topics, self.replicas, self.service = link, logs, topics, replicas, service
+    def __init__(self, link, logs, topics, replicas, partitions):
+        self.link, self.logs, self.topics, self.replicas, self.partitions = link, logs, topics, replicas, partitions
+
+    def leads(self, topic: str, partition: int) -> bool:
+        return self.partitions.leads(topic, partition)
+
+    def role(self, topic: str, partition: int):
+        found = self.partitions.resolve(topic, partition)
+        return getattr(found, "role", found)
+
+    def follower_fetch(self, topic: str, partition: int, offset: int, replica: int, replica_epoch: int):
+        """What the Fetch handler makes of a follower's fetch."""
+        return self.partitions.follower_fetch(FollowerFetch(topic, partition, offset, 1 << 20, -1, replica,
+                                                            replica_epoch))
 
 
 @contextlib.asynccontextmanager
@@ -141,8 +154,8 @@ async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000)
                            offsets_replication_factor=2)
     replicas = ReplicaManager(ReplicaSettings(broker_id, FetcherSettings(broker_id, backoff_ms=100), lag_ms,
                                               SESSION_MS), 0, 1, logs, link)
-    service = PartitionService(logs, topics, replicas=replicas)
-    replicas.wake = service.wake
+    partitions = Partitions(logs, topics, replicas=replicas)
+    replicas.changed = partitions.changed
     loop = asyncio.get_running_loop()
 
     def on_image(_image=None):
@@ -156,7 +169,7 @@ async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000)
     link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
                     lambda session: loop.call_soon_threadsafe(on_session, session))
     try:
-        yield Worker(link, logs, topics, replicas, service)
+        yield Worker(link, logs, topics, replicas, partitions)
     finally:
         await replicas.close()
         link.close()

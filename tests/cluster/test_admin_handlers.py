@@ -2,15 +2,18 @@
 view of a real ZooKeeper (its ``WorkerLink``, ``ClusterTopics`` and
 ``ImageView``, as the worker wires them) with real controllers deciding:
 ElectLeaders waits for the elections it asked for, AlterPartitionReassignments
-and ListPartitionReassignments write and read the topic znodes.  (Through a
-broker's sockets once the multi-broker harness exists.)"""
+and ListPartitionReassignments write and read the topic znodes, and an admin
+write waiting on a ZooKeeper that went away leaves the worker's loop serving.
+(Through a broker's sockets once the multi-broker harness exists.)"""
 
 import asyncio
 import datetime
 import importlib
+import time
 from types import SimpleNamespace
 
-from kio.static.primitive import i8, i32, i32Timedelta
+from kio.schema.types import ProducerId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from hpbroker.cluster import znodes
 from hpbroker.cluster.worker_link import WorkerLink
@@ -20,9 +23,12 @@ from hpbroker.storage.config import LogConfig
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
-from tests.cluster.members import SESSION_MS, WAIT_S, admin, cluster, set_isr, state, until, wait_state  # noqa: F401
+from hpbroker.workers.producer_ids import ClusterProducerIds
+from tests.cluster.members import (SESSION_MS, WAIT_S, Member, admin, cluster, set_isr, state, until,  # noqa: F401
+                                   wait_state)
+from tests.cluster.zookeeper import ZooKeeperServer
 
-ELECT, ALTER, LIST = 43, 45, 46
+CREATE, INIT_PRODUCER_ID, ELECT, ALTER, LIST = 19, 22, 43, 45, 46
 
 
 def kio(api_key: int, version: int):
@@ -42,7 +48,8 @@ async def worker_view(chroot, tmp_path):
         topics.apply(image)
         view.image = image
     link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image), lambda healthy: None)
-    return SimpleNamespace(cluster=view, topics=topics, identity=SimpleNamespace(broker_id=1)), link
+    return SimpleNamespace(cluster=view, topics=topics, identity=SimpleNamespace(broker_id=1),
+                           producer_ids=ClusterProducerIds(link, 1)), link
 
 
 async def call(ctx, api_key: int, version: int, request):
@@ -135,3 +142,58 @@ def test_alter_and_list_reassignments_in_a_cluster(cluster, admin, chroot, tmp_p
             link.close()
 
     asyncio.run(main())
+
+
+def test_an_admin_write_waiting_on_zookeeper_leaves_the_loop_serving(tmp_path):
+    """CreateTopics and InitProducerId against a ZooKeeper that went away:
+    while both wait (kazoo queues the writes until it reconnects), a timer on
+    the worker's loop keeps firing on time; when the admin timeout is up each
+    request is answered with its one-line error, both at once."""
+    server = ZooKeeperServer(tmp_path / "zookeeper").start()
+    member = Member(server.connect, 1)
+    create = kio(CREATE, 4)
+
+    async def main():
+        ctx, link = await worker_view(server.connect, tmp_path)
+        try:
+            link.admin.timeout_s = 1.5
+            await until(lambda: ctx.cluster.image.live == {1}, "the worker's image to list broker 1")
+            server.kill()
+            await until(lambda: not link.client.connected, "the worker to notice ZooKeeper is gone")
+
+            gaps, last = [], time.monotonic()
+
+            async def ticker():
+                nonlocal last
+                while True:
+                    await asyncio.sleep(0.02)
+                    now = time.monotonic()
+                    gaps.append(now - last)
+                    last = now
+            ticking = asyncio.create_task(ticker())
+            started = time.monotonic()
+            created, initialized = await asyncio.gather(
+                call(ctx, CREATE, 4, create.CreateTopicsRequest(topics=(create.CreatableTopic(
+                    name=TopicName("t"), num_partitions=i32(1), replication_factor=i16(1), assignments=(),
+                    configs=()),), timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)), validate_only=False)),
+                call(ctx, INIT_PRODUCER_ID, 4, kio(INIT_PRODUCER_ID, 4).InitProducerIdRequest(
+                    transactional_id=None, transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+                    producer_id=ProducerId(-1), producer_epoch=i16(-1))))
+            elapsed = time.monotonic() - started
+            ticking.cancel()
+
+            assert 1.4 < elapsed < 3.0  # the two waited side by side, each for the admin timeout
+            assert len(gaps) > 30 and max(gaps) < 0.5, f"the loop stalled for {max(gaps):.2f} s"
+            [result] = created.topics
+            assert result.error_code == ErrorCode.request_timed_out
+            assert result.error_message == "topic 't': ZooKeeper did not answer within 1.5 s"
+            assert (initialized.error_code, initialized.producer_id) == (ErrorCode.coordinator_not_available, -1)
+        finally:
+            link.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.start()  # for the member to leave cleanly
+        member.leave()
+        server.stop()

@@ -1,5 +1,5 @@
 """Partition reassignment (Kafka's KIP-455 in ZooKeeper mode) against a real
-ZooKeeper: requests made through a worker's ``WorkerLink`` (what
+ZooKeeper: requests made through a worker's ``WorkerLink.admin`` (what
 AlterPartitionReassignments does) or through Kafka's legacy
 ``/admin/reassign_partitions``, carried out by the controller of real
 ZooKeeper members.  The members have no data plane, so a new replica catching
@@ -24,6 +24,11 @@ def link(chroot, admin):
     found.connect()
     yield found
     found.close()
+
+
+def admin_call(coro):
+    """An admin coroutine, run to its end from a test's thread."""
+    return asyncio.run(coro)
 
 
 def wait_live(link, *ids):
@@ -89,12 +94,14 @@ def test_a_partition_moves_once_its_target_is_in_sync(cluster, admin, link):
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     wait_live(link, 1, 2, 3)
 
-    assert errors(link.alter_reassignments("t", {0: [3, 2]})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: [3, 2]}))) == {0: ErrorCode.none}
     moving = assignment(admin, "t")
     assert (moving.partitions, moving.adding_replicas, moving.removing_replicas) == \
         ({0: [3, 2, 1]}, {0: [3]}, {0: [1]})
-    assert link.list_reassignments(None) == [reassignment.OngoingReassignment("t", 0, [3, 2, 1], [3], [1])]
-    assert link.list_reassignments({"t": [1]}) == [] and link.list_reassignments({"nope": [0]}) == []
+    assert admin_call(link.admin.list_reassignments(None)) == [
+        reassignment.OngoingReassignment("t", 0, [3, 2, 1], [3], [1])]
+    assert admin_call(link.admin.list_reassignments({"t": [1]})) == []
+    assert admin_call(link.admin.list_reassignments({"nope": [0]})) == []
     # the leader gets a new epoch, so it takes the new replica set (and the new follower) in
     bumped = wait_state(admin, "t", 0, "a new leader epoch", lambda s: s.leader_epoch == 1)
     assert (bumped.leader, bumped.isr) == (1, [1, 2])
@@ -104,7 +111,7 @@ def test_a_partition_moves_once_its_target_is_in_sync(cluster, admin, link):
     assert (done.leader, done.isr) == (3, [2, 3])  # the old leader is not in the target: the first in sync is
     final = assignment(admin, "t")
     assert (final.partitions, final.adding_replicas, final.removing_replicas) == ({0: [3, 2]}, {}, {})
-    assert link.list_reassignments(None) == []
+    assert admin_call(link.admin.list_reassignments(None)) == []
 
 
 def test_the_leader_stays_when_it_is_in_the_target(cluster, admin, link):
@@ -113,7 +120,7 @@ def test_the_leader_stays_when_it_is_in_the_target(cluster, admin, link):
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2, 3])
     wait_live(link, 1, 2, 3)
     # fewer replicas, all in sync already: done at once, leader kept with a new epoch
-    assert errors(link.alter_reassignments("t", {0: [2, 1]})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: [2, 1]}))) == {0: ErrorCode.none}
     done = wait_state(admin, "t", 0, "the reassignment to complete", lambda s: 3 not in s.isr)
     assert (done.leader, done.isr, done.leader_epoch) == (1, [1, 2], 1)
     wait_for(lambda: assignment(admin, "t").partitions == {0: [2, 1]}, WAIT_S, "the final assignment")
@@ -127,21 +134,24 @@ def test_cancelling_returns_to_the_origin_and_the_added_replicas_leave_the_isr(c
     wait_state(admin, "t", 1, "a leader", lambda s: s.leader == 2)
     wait_live(link, 1, 2, 3, 4)
 
-    assert errors(link.alter_reassignments("t", {0: [3, 4]})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: [3, 4]}))) == {0: ErrorCode.none}
     wait_state(admin, "t", 0, "a new leader epoch", lambda s: s.leader_epoch == 1)
     set_isr(admin, "t", 0, [1, 2, 3])  # broker 3 caught up, broker 4 not yet: not done
-    assert errors(link.alter_reassignments("t", {0: None})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: None}))) == {0: ErrorCode.none}
     back = assignment(admin, "t")
     assert (back.partitions[0], back.adding_replicas, back.removing_replicas) == ([1, 2], {}, {})
     cancelled = wait_state(admin, "t", 0, "broker 3 to leave the ISR", lambda s: 3 not in s.isr)
     assert (cancelled.leader, cancelled.isr, cancelled.leader_epoch) == (1, [1, 2], 2)
 
-    assert errors(link.alter_reassignments("t", {0: None})) == {0: ErrorCode.no_reassignment_in_progress}
-    assert errors(link.alter_reassignments("t", {1: [2, 9], 5: [1], 6: None, 0: [], 2: [1, 1]})) == {
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: None}))) == {
+        0: ErrorCode.no_reassignment_in_progress}
+    refused = admin_call(link.admin.alter_reassignments("t", {1: [2, 9], 5: [1], 6: None, 0: [], 2: [1, 1]}))
+    assert errors(refused) == {
         1: ErrorCode.invalid_replica_assignment, 5: ErrorCode.unknown_topic_or_partition,
         6: ErrorCode.no_reassignment_in_progress, 0: ErrorCode.invalid_replica_assignment,
         2: ErrorCode.invalid_replica_assignment}
-    assert errors(link.alter_reassignments("nope", {0: [1]})) == {0: ErrorCode.unknown_topic_or_partition}
+    assert errors(admin_call(link.admin.alter_reassignments("nope", {0: [1]}))) == {
+        0: ErrorCode.unknown_topic_or_partition}
     assert assignment(admin, "t").partitions == {0: [1, 2], 1: [2, 3]}  # refused requests wrote nothing
 
 
@@ -177,7 +187,7 @@ def test_an_api_request_takes_a_partition_out_of_the_legacy_znode(cluster, admin
     admin.create(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment([("t", 0, [2, 3])]))
     wait_for(lambda: znodes.being_reassigned(assignment(admin, "t"), 0), WAIT_S, "the reassignment to start")
     # the latest request wins: the partition goes back, and the znode is done with
-    assert errors(link.alter_reassignments("t", {0: None})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: None}))) == {0: ErrorCode.none}
     assert not admin.exists(znodes.REASSIGN_PARTITIONS)
     assert assignment(admin, "t").partitions == {0: [2, 1]}  # the origin, in the order the move left it
 
@@ -190,7 +200,7 @@ def test_a_new_controller_resumes_a_reassignment(cluster, admin, link, chroot):
     create_topic(admin, "t", {0: [a, b]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == a and s.isr == [a, b])
     wait_live(link, a, b, c)
-    assert errors(link.alter_reassignments("t", {0: [b, c]})) == {0: ErrorCode.none}
+    assert errors(admin_call(link.admin.alter_reassignments("t", {0: [b, c]}))) == {0: ErrorCode.none}
     wait_state(admin, "t", 0, "a new leader epoch", lambda s: s.leader_epoch == 1)
 
     members[first].crash(chroot)
@@ -211,7 +221,7 @@ def test_unclean_election_on_request(cluster, admin, link, chroot):
     set_isr(admin, "t", 0, [1])  # broker 2 fell behind
     members[1].crash(chroot)
     wait_state(admin, "t", 0, "the partition to go offline", lambda s: s.leader == -1)
-    link.request_unclean_election([("t", 0)])
+    admin_call(link.admin.request_unclean_election([("t", 0)]))
     elected = wait_state(admin, "t", 0, "broker 2 to lead", lambda s: s.leader == 2)
     assert elected.isr == [2]
     wait_for(lambda: not admin.exists(znodes.UNCLEAN_LEADER_ELECTION), WAIT_S, "the request to be taken")
@@ -219,8 +229,8 @@ def test_unclean_election_on_request(cluster, admin, link, chroot):
 
 def test_election_requests_add_to_a_pending_one(admin, link):
     # no controller runs here: the first request is still pending when the second comes
-    link.request_preferred_election([("a", 0)])
-    link.request_preferred_election([("t", 1), ("a", 0)])
+    admin_call(link.admin.request_preferred_election([("a", 0)]))
+    admin_call(link.admin.request_preferred_election([("t", 1), ("a", 0)]))
     data, _ = admin.get(znodes.PREFERRED_REPLICA_ELECTION)
     assert znodes.decode_preferred_election(data) == [("a", 0), ("t", 1)]
 
@@ -236,20 +246,22 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
 
     async def main():
         async with worker(chroot, tmp_path) as parts:
-            link, replicas, service = parts.link, parts.replicas, parts.service
-            await until(lambda: replicas.leads("t", 0), "broker 1 to lead")
+            link = parts.link
+
+            def leads_at(epoch: int) -> bool:
+                found = parts.partitions.resolve("t", 0)
+                return parts.leads("t", 0) and found.leader_epoch == epoch
+            await until(lambda: parts.leads("t", 0), "broker 1 to lead")
             await until(lambda: link.image().live >= {1, 2, 3}, "the image to list every broker")
-            outcomes = await asyncio.to_thread(link.alter_reassignments, "t", {0: [1, 3]})
+            outcomes = await link.admin.alter_reassignments("t", {0: [1, 3]})
             assert errors(outcomes) == {0: ErrorCode.none}
-            await until(lambda: replicas.leader_epoch("t", 0) == 1 and replicas.leads("t", 0),
-                        "broker 1 to lead at the new epoch")
+            await until(lambda: leads_at(1), "broker 1 to lead at the new epoch")
             epoch = link.image().brokers[3].epoch  # the incarnation of broker 3 its fetches name
-            service.locate("t", 0, 0, 1 << 20, replica_id=3, replica_epoch=epoch)  # it holds everything
+            parts.follower_fetch("t", 0, 0, 3, epoch)  # it holds everything
             await until(lambda: (state(admin, "t", 0).leader_epoch == 2), "the reassignment to complete")
             done = state(admin, "t", 0)
             assert (done.leader, done.isr) == (1, [1, 3])
             assert assignment(admin, "t").partitions == {0: [1, 3]}
-            await until(lambda: replicas.leader_epoch("t", 0) == 2 and replicas.leads("t", 0),
-                        "broker 1 to lead under the final assignment")
+            await until(lambda: leads_at(2), "broker 1 to lead under the final assignment")
 
     asyncio.run(main())

@@ -1,8 +1,8 @@
 """A worker's replica roles against a real ZooKeeper: the states are written
 here as a controller would write them, and the worker's own session (a
 ``WorkerLink``) brings them to a ``ReplicaManager`` over real logs.  The
-follower is played by calls to ``locate`` with a replica id, exactly what the
-Fetch handler makes of a follower's request."""
+follower is played by ``FollowerFetch`` calls, exactly what the Fetch handler
+makes of a follower's request."""
 
 import asyncio
 
@@ -11,6 +11,8 @@ import pytest
 from hpbroker.cluster import registration, session, znodes
 from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch
+from hpbroker.workers.owner_calls import Append, Locate, PartitionBounds, WaitReplicated
+from hpbroker.workers.partition import Role
 from tests.cluster.members import SESSION_MS, until, worker
 
 LAG_MS = 300
@@ -75,47 +77,48 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
 
     async def main():
         async with worker(chroot, tmp_path, lag_ms=LAG_MS) as parts:
-            replicas, service = parts.replicas, parts.service
-            await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
+            replicas, partitions = parts.replicas, parts.partitions
+            await until(lambda: parts.leads(TOPIC, 0), "broker 1 to lead")
             epoch = controller.epoch(2)  # the follower's incarnation, which its fetches name
 
             # acks=all: answered once the follower's fetch shows it holds the batch
-            appended = service.append(TOPIC, 0, batch(3), acks=-1)
+            appended = partitions.append(Append(TOPIC, 0, batch(3), acks=-1))
             assert appended.error == ErrorCode.none and appended.end_offset == 3
-            located = service.locate(TOPIC, 0, 0, 1 << 20)
+            located = partitions.locate(Locate(TOPIC, 0, 0, 1 << 20))
             assert located.high_watermark == 0 and located.path is None  # consumers see nothing yet
-            waiting = asyncio.ensure_future(service.wait_replicated([(TOPIC, 0, 3)], 10))
+            waiting = asyncio.ensure_future(partitions.wait_replicated(WaitReplicated([(TOPIC, 0, 3)], 10_000)))
             await asyncio.sleep(0)
             assert not waiting.done()
-            follower = service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2, replica_epoch=epoch)
+            follower = parts.follower_fetch(TOPIC, 0, 0, 2, epoch)
             assert follower.size > 0  # a follower reads past the high watermark
-            service.locate(TOPIC, 0, 3, 1 << 20, replica_id=2, replica_epoch=epoch)  # its next fetch: it holds 0..2
-            assert await asyncio.wait_for(waiting, 5) == [ErrorCode.none]
-            assert service.offsets(TOPIC, 0).high_watermark == 3
+            parts.follower_fetch(TOPIC, 0, 3, 2, epoch)  # its next fetch: it holds 0..2
+            assert (await asyncio.wait_for(waiting, 5)).errors == [ErrorCode.none]
+            assert partitions.bounds(PartitionBounds(TOPIC, 0)).high_watermark == 3
 
             # the follower stops fetching: after replica.lag.time.max.ms the ISR
             # shrinks in ZooKeeper, and acks=all is refused below min.insync.replicas
             for _ in range(3):
-                service.append(TOPIC, 0, batch(1))
+                partitions.append(Append(TOPIC, 0, batch(1)))
             await until(lambda: (replicas.tick(), controller.state().isr == [1])[1], "the ISR to shrink")
-            await until(lambda: replicas.isr_size(TOPIC, 0) == 1, "the leader to apply the shrink")
-            refused = service.append(TOPIC, 0, batch(1), acks=-1)
+            await until(lambda: partitions.resolve(TOPIC, 0).isr_size() == 1, "the leader to apply the shrink")
+            refused = partitions.append(Append(TOPIC, 0, batch(1), acks=-1))
             assert refused.error == ErrorCode.not_enough_replicas
-            assert service.offsets(TOPIC, 0).high_watermark == 6  # an ISR of one: its own end
+            assert partitions.bounds(PartitionBounds(TOPIC, 0)).high_watermark == 6  # an ISR of one: its own end
 
             # the follower catches up: it joins the ISR again
-            service.locate(TOPIC, 0, 6, 1 << 20, replica_id=2, replica_epoch=epoch)
+            parts.follower_fetch(TOPIC, 0, 6, 2, epoch)
             await until(lambda: controller.state().isr == [1, 2], "the ISR to grow back")
 
             # a pending acks=all is answered NOT_LEADER_OR_FOLLOWER when leadership moves
-            appended = service.append(TOPIC, 0, batch(1), acks=-1)
-            waiting = asyncio.ensure_future(service.wait_replicated([(TOPIC, 0, appended.end_offset)], 10))
+            appended = partitions.append(Append(TOPIC, 0, batch(1), acks=-1))
+            waiting = asyncio.ensure_future(partitions.wait_replicated(
+                WaitReplicated([(TOPIC, 0, appended.end_offset)], 10_000)))
             await asyncio.sleep(0)
             controller.elect(2)
-            assert await asyncio.wait_for(waiting, 5) == [ErrorCode.not_leader_or_follower]
-            assert service.append(TOPIC, 0, batch(1)).error == ErrorCode.not_leader_or_follower
-            assert service.locate(TOPIC, 0, 0, 100).error == ErrorCode.not_leader_or_follower
-            assert (TOPIC, 0) in replicas.following  # now a follower of broker 2
+            assert (await asyncio.wait_for(waiting, 5)).errors == [ErrorCode.not_leader_or_follower]
+            assert partitions.append(Append(TOPIC, 0, batch(1))).error == ErrorCode.not_leader_or_follower
+            assert partitions.locate(Locate(TOPIC, 0, 0, 100)).error == ErrorCode.not_leader_or_follower
+            assert parts.role(TOPIC, 0) is Role.FOLLOWER  # now a follower of broker 2
 
     asyncio.run(asyncio.wait_for(main(), 60))
 
@@ -130,21 +133,23 @@ def test_a_restarted_follower_counts_nothing_from_before_and_rejoins_once_caught
 
     async def main():
         async with worker(chroot, tmp_path, lag_ms=60_000) as parts:
-            replicas, service = parts.replicas, parts.service
-            await until(lambda: replicas.leads(TOPIC, 0), "broker 1 to lead")
+            replicas, partitions = parts.replicas, parts.partitions
+            await until(lambda: parts.leads(TOPIC, 0), "broker 1 to lead")
             before = controller.epoch(2)
-            service.append(TOPIC, 0, batch(5))
-            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=before)
-            await until(lambda: service.offsets(TOPIC, 0).high_watermark == 5, "the follower to copy it all")
+            partitions.append(Append(TOPIC, 0, batch(5)))
+            parts.follower_fetch(TOPIC, 0, 5, 2, before)
+            await until(lambda: partitions.bounds(PartitionBounds(TOPIC, 0)).high_watermark == 5,
+                        "the follower to copy it all")
+            leading = partitions.resolve(TOPIC, 0)
 
             after = controller.register(2)  # restarted with its disk wiped; it has not fetched yet
             await until(lambda: (replicas.tick(), controller.state().isr == [1])[1],
                         "the restarted follower to leave the ISR")
-            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=before)  # a fetch of the old one
-            assert replicas.wanted_isr(TOPIC, 0) is None  # counts for nothing
-            service.locate(TOPIC, 0, 0, 1 << 20, replica_id=2, replica_epoch=after)  # the new one starts empty
-            assert replicas.wanted_isr(TOPIC, 0) is None  # not in sync
-            service.locate(TOPIC, 0, 5, 1 << 20, replica_id=2, replica_epoch=after)
+            parts.follower_fetch(TOPIC, 0, 5, 2, before)  # a fetch of the old one
+            assert replicas.wanted_isr(leading) is None  # counts for nothing
+            parts.follower_fetch(TOPIC, 0, 0, 2, after)  # the new one starts empty
+            assert replicas.wanted_isr(leading) is None  # not in sync
+            parts.follower_fetch(TOPIC, 0, 5, 2, after)
             await until(lambda: (replicas.tick(), controller.state().isr == [1, 2])[1],
                         "the new incarnation to rejoin once it holds the high watermark")
 
@@ -158,12 +163,12 @@ def test_topic_deleted_removes_the_local_replica(chroot, controller, tmp_path):
         async with worker(chroot, tmp_path, lag_ms=LAG_MS) as parts:
             logs, replicas = parts.logs, parts.replicas
             await until(lambda: logs.get_log(TOPIC, 0) is not None, "the follower's log")
-            assert (TOPIC, 0) in replicas.following
+            assert parts.role(TOPIC, 0) is Role.FOLLOWER
             path = logs.get_log(TOPIC, 0).directory
             for node in (znodes.partition_state_path(TOPIC, 0), znodes.topic_path(TOPIC)):
                 controller.client.delete(node, recursive=True)
             await until(lambda: logs.get_log(TOPIC, 0) is None, "the replica to go with its topic")
-            assert (TOPIC, 0) not in replicas.following
+            assert (TOPIC, 0) not in replicas.partitions
             await until(lambda: not (tmp_path / path.rsplit("/", 1)[1]).exists(), "the directory to go")
 
     asyncio.run(asyncio.wait_for(main(), 60))

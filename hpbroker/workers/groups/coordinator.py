@@ -1,11 +1,11 @@
 """The group coordinator of one worker: the groups whose ``__consumer_offsets``
 partition this worker owns, and their committed offsets.
 
-Request handlers on any worker forward a whole group operation here with
-``ctx.call_worker(owner, "groups.<method>", ...)``; every method takes and
-returns plain values (ints, strings, bytes, lists, tuples), so it is the same
-call locally and through the intra-broker channel.  JoinGroup and SyncGroup
-are coroutines that may wait for a whole rebalance.
+Request handlers on any worker send a whole group operation here as an owner
+call (``owner_calls.JoinGroup`` ...) through ``ctx.owners``; each method takes
+its call and answers its result type, the same locally and through the
+intra-broker channel (``handlers()`` says which method answers which call).
+JoinGroup and SyncGroup are coroutines that may wait for a whole rebalance.
 
 Offsets and group metadata are appended to this worker's own partitions of
 ``__consumer_offsets`` (created on first use, compacted, Kafka's layout) and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hpbroker import errors as E
+from hpbroker.errors import ErrorCode
 from hpbroker.clock import now_ms
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.logs import Throttled
@@ -28,6 +28,11 @@ from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
+from hpbroker.workers.owner_calls import (Append, CommittedOffsets, DeleteGroup, DescribeGroup, Done, FetchedOffset,
+                                          FetchedOffsets, GroupDescription, GroupListing, Heartbeat, JoinGroup,
+                                          JoinResult, LeaveGroup, LeaveResult, LeftMember, ListedGroup, ListGroups,
+                                          OffsetCommit, OffsetDelete, OffsetFetch, PartitionError, SyncGroup,
+                                          SyncResult, WaitReplicated)
 from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -44,12 +49,8 @@ _GROUP_TYPE = "classic"
 
 
 class GroupCoordinator:
-    # What handlers on any worker may call here (through ``call_worker``).
-    REMOTE_METHODS = frozenset({"join_group", "sync_group", "heartbeat", "leave_group", "describe_group",
-                                "list_groups", "delete_group", "offset_commit", "offset_fetch", "offset_delete"})
-
-    def __init__(self, service, topics, config, index: int, workers: int, leads=None, fenced=None):
-        self.service = service  # this worker's PartitionService: append() and partition_log()
+    def __init__(self, partitions, topics, config, index: int, workers: int, leads=None, fenced=None):
+        self.partitions = partitions  # this worker's Partitions: append() and log_of()
         # in a cluster, only the leader of a group's offsets partition coordinates it, and
         # not while its leadership is fenced (``ReplicaManager.leads`` and ``fenced``)
         self._leads = leads or (lambda topic, partition: True)
@@ -57,7 +58,7 @@ class GroupCoordinator:
         self.topics = topics
         self.index = index
         self.workers = workers
-        self.partitions = config["offsets.topic.num.partitions"]
+        self.offsets_partitions = config["offsets.topic.num.partitions"]
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
         self.group_config = GroupConfig(config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"],
                                         config["group.initial.rebalance.delay.ms"])
@@ -71,20 +72,21 @@ class GroupCoordinator:
         self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
 
     # --- topic, ownership, loading ----------------------------------------------------
-    def ensure_offsets_topic(self) -> int:
-        """Create ``__consumer_offsets`` if nobody has yet; 0, or a retriable error."""
+    async def ensure_offsets_topic(self) -> int:
+        """Create ``__consumer_offsets`` if nobody has yet (FindCoordinator asks); 0, or a retriable error."""
         if self.topics.get(OFFSETS_TOPIC) is not None:
-            return E.NONE
+            return ErrorCode.none
         try:
-            self.topics.create(OFFSETS_TOPIC, self.partitions, OFFSETS_TOPIC_CONFIG)
+            await self.topics.create(OFFSETS_TOPIC, self.offsets_partitions, OFFSETS_TOPIC_CONFIG)
         except TopicError as exc:
-            if exc.code != E.TOPIC_ALREADY_EXISTS:
+            if exc.code != ErrorCode.topic_already_exists:
                 self._problems.log(logging.ERROR, "create", "cannot create %s: %s", OFFSETS_TOPIC, exc)
-                return E.COORDINATOR_NOT_AVAILABLE
-        return E.NONE
+                return ErrorCode.coordinator_not_available
+        return ErrorCode.none
 
     def _owned(self) -> list[int]:
-        return [p for p in range(self.partitions) if partition_owner(OFFSETS_TOPIC, p, self.workers) == self.index]
+        return [p for p in range(self.offsets_partitions)
+                if partition_owner(OFFSETS_TOPIC, p, self.workers) == self.index]
 
     def start(self) -> None:
         """Replay the owned partitions that exist and this broker leads (in the
@@ -115,7 +117,7 @@ class GroupCoordinator:
     def _replay(self, p: int):
         """Apply the partition's records in order, yielding after each chunk; then
         install the groups it describes."""
-        partition_log = self.service.partition_log(OFFSETS_TOPIC, p)
+        partition_log = self.partitions.log_of(OFFSETS_TOPIC, p)
         metadata: dict[str, R.GroupValue | None] = {}
         offset = partition_log.log_start_offset if partition_log is not None else 0
         while partition_log is not None and offset < partition_log.written_offset:
@@ -139,9 +141,9 @@ class GroupCoordinator:
                 group.restore(value.generation, value.protocol_type, value.protocol, value.leader,
                               value.current_state_timestamp, value.members)
         for group_id in self.offsets.groups():
-            if group_id not in self.groups and group_partition(group_id, self.partitions) == p:
+            if group_id not in self.groups and group_partition(group_id, self.offsets_partitions) == p:
                 self._new_group(group_id)  # offsets committed outside group management
-        count = sum(1 for g in self.groups if group_partition(g, self.partitions) == p)
+        count = sum(1 for g in self.groups if group_partition(g, self.offsets_partitions) == p)
         if count:
             log.info("loaded %s-%d: %d groups", OFFSETS_TOPIC, p, count)
 
@@ -160,27 +162,27 @@ class GroupCoordinator:
     def _check(self, group_id) -> int:
         """0 when this worker coordinates ``group_id`` and has it loaded."""
         if not group_id:
-            return E.INVALID_GROUP_ID
-        p = group_partition(group_id, self.partitions)
+            return ErrorCode.invalid_group_id
+        p = group_partition(group_id, self.offsets_partitions)
         if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
-            return E.NOT_COORDINATOR
+            return ErrorCode.not_coordinator
         if not self._leads(OFFSETS_TOPIC, p):
             # Fenced while the session is in doubt, this broker is still the one
             # FindCoordinator names: the client must wait here, not look elsewhere.
             # librdkafka does not retry an OffsetFetch answered NOT_COORDINATOR (nor
             # COORDINATOR_NOT_AVAILABLE) and never fetches the partitions it asked
             # for; COORDINATOR_LOAD_IN_PROGRESS every client retries in place.
-            return E.COORDINATOR_LOAD_IN_PROGRESS if self._fenced(OFFSETS_TOPIC, p) else E.NOT_COORDINATOR
+            return ErrorCode.coordinator_load_in_progress if self._fenced(OFFSETS_TOPIC, p) else ErrorCode.not_coordinator
         if p in self._loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return ErrorCode.coordinator_load_in_progress
         if p not in self._loaded:
             # Created after this worker started, so short: replay it inline.
-            if self.ensure_offsets_topic() != E.NONE:
-                return E.COORDINATOR_NOT_AVAILABLE
+            if self.topics.get(OFFSETS_TOPIC) is None:
+                return ErrorCode.coordinator_not_available  # FindCoordinator creates it
             for _ in self._replay(p):
                 pass
             self._loaded.add(p)
-        return E.NONE
+        return ErrorCode.none
 
     def leadership_changed(self, p: int, leading: bool) -> None:
         """This broker started or stopped leading offsets partition ``p``: its
@@ -191,9 +193,9 @@ class GroupCoordinator:
         self._changes[p] = self._changes.get(p, 0) + 1
         self._loading.discard(p)
         self._loaded.discard(p)
-        for group_id in [g for g in self.groups if group_partition(g, self.partitions) == p]:
+        for group_id in [g for g in self.groups if group_partition(g, self.offsets_partitions) == p]:
             self.groups.pop(group_id).close(DEAD)
-        for group_id in [g for g in self.offsets.groups() if group_partition(g, self.partitions) == p]:
+        for group_id in [g for g in self.offsets.groups() if group_partition(g, self.offsets_partitions) == p]:
             self.offsets.drop_group(group_id)
         if leading:
             log.info("coordinating the groups of %s-%d", OFFSETS_TOPIC, p)
@@ -210,29 +212,31 @@ class GroupCoordinator:
     def _append_at(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> tuple[int, int]:
         """(error, the offset just past the records appended)."""
         if not pairs:
-            return E.NONE, -1
+            return ErrorCode.none, -1
         ts = now_ms()
         batch = encode_batch([Record(i, ts, k, v) for i, (k, v) in enumerate(pairs)])
-        appended = self.service.append(OFFSETS_TOPIC, group_partition(group_id, self.partitions), bytearray(batch))
+        appended = self.partitions.append(Append(OFFSETS_TOPIC, group_partition(group_id, self.offsets_partitions),
+                                                 bytearray(batch)))
         error = appended.error
-        if error == E.NONE:
-            return E.NONE, appended.end_offset
+        if error == ErrorCode.none:
+            return ErrorCode.none, appended.end_offset
         self._problems.log(logging.WARNING, ("append", error), "appending to %s for group %r failed with error %d",
                            OFFSETS_TOPIC, group_id, error)
-        if error in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
-            return E.INVALID_COMMIT_OFFSET_SIZE, -1
-        if error == E.NOT_LEADER_OR_FOLLOWER:
-            return E.NOT_COORDINATOR, -1
-        return E.COORDINATOR_NOT_AVAILABLE, -1
+        if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+            return ErrorCode.invalid_commit_offset_size, -1
+        if error == ErrorCode.not_leader_or_follower:
+            return ErrorCode.not_coordinator, -1
+        return ErrorCode.coordinator_not_available, -1
 
     async def _replicated(self, group_id: str, end_offset: int) -> int:
         """Kafka commits offsets with acks=all: answered once the offsets
         partition's high watermark passed them (at once standalone)."""
-        p = group_partition(group_id, self.partitions)
-        error = (await self.service.wait_replicated([(OFFSETS_TOPIC, p, end_offset)], COMMIT_TIMEOUT_S))[0]
-        if error == E.NONE:
-            return E.NONE
-        return E.NOT_COORDINATOR if error == E.NOT_LEADER_OR_FOLLOWER else E.COORDINATOR_NOT_AVAILABLE
+        p = group_partition(group_id, self.offsets_partitions)
+        error = (await self.partitions.wait_replicated(WaitReplicated([(OFFSETS_TOPIC, p, end_offset)],
+                                                                      int(COMMIT_TIMEOUT_S * 1000)))).errors[0]
+        if error == ErrorCode.none:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator if error == ErrorCode.not_leader_or_follower else ErrorCode.coordinator_not_available
 
     def _persist(self, group: Group) -> int:
         value = R.GroupValue(group.protocol_type or "", group.generation, group.protocol_name, group.leader,
@@ -242,184 +246,193 @@ class GroupCoordinator:
                                                m.assignment) for m in group.members.values()))
         return self._append(group.group_id, [(R.encode_group_key(group.group_id), R.encode_group_value(value))])
 
+    def handlers(self) -> dict:
+        """Call type -> the method answering it (``owners.py`` dispatches on it)."""
+        return {JoinGroup: self.join_group, SyncGroup: self.sync_group, Heartbeat: self.heartbeat,
+                LeaveGroup: self.leave_group, DescribeGroup: self.describe_group, ListGroups: self.list_groups,
+                DeleteGroup: self.delete_group, OffsetCommit: self.offset_commit, OffsetFetch: self.offset_fetch,
+                OffsetDelete: self.offset_delete}
+
     # --- membership ---------------------------------------------------------------------
-    async def join_group(self, group_id, member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
-                         protocol_type, protocols, require_known_member_id) -> tuple:
-        error = self._check(group_id)
-        if error == E.NONE and not (self.group_config.min_session_ms <= session_ms <= self.group_config.max_session_ms):
-            error = E.INVALID_SESSION_TIMEOUT
-        group = self.groups.get(group_id)
-        if error == E.NONE and group is None and member_id:
-            error = E.UNKNOWN_MEMBER_ID
-        if error != E.NONE:
-            return Group.join_error(error, member_id)
+    async def join_group(self, call: JoinGroup) -> JoinResult:
+        error = self._check(call.group_id)
+        if error == ErrorCode.none and not (self.group_config.min_session_ms <= call.session_ms
+                                    <= self.group_config.max_session_ms):
+            error = ErrorCode.invalid_session_timeout
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None and call.member_id:
+            error = ErrorCode.unknown_member_id
+        if error != ErrorCode.none:
+            return Group.join_error(error, call.member_id)
         if group is None:
-            group = self._new_group(group_id)
-        return await group.join(member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
-                                protocol_type, protocols, require_known_member_id)
+            group = self._new_group(call.group_id)
+        return await group.join(call.member_id, call.instance_id, call.client_id, call.client_host, call.session_ms,
+                                call.rebalance_ms, call.protocol_type, call.protocols, call.require_known_member_id)
 
-    async def sync_group(self, group_id, generation, member_id, instance_id, protocol_type, protocol_name,
-                         assignments) -> tuple:
-        error = self._check(group_id)
-        group = self.groups.get(group_id)
-        if error == E.NONE and group is None:
-            error = E.UNKNOWN_MEMBER_ID
-        if error != E.NONE:
-            return (error, None, None, b"")
-        return await group.sync(member_id, instance_id, generation, protocol_type, protocol_name, assignments)
+    async def sync_group(self, call: SyncGroup) -> SyncResult:
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None:
+            error = ErrorCode.unknown_member_id
+        if error != ErrorCode.none:
+            return SyncResult(error)
+        return await group.sync(call.member_id, call.instance_id, call.generation, call.protocol_type,
+                                call.protocol_name, call.assignments)
 
-    def heartbeat(self, group_id, generation, member_id, instance_id) -> int:
-        error = self._check(group_id)
-        group = self.groups.get(group_id)
-        if error == E.NONE and group is None:
-            error = E.UNKNOWN_MEMBER_ID
-        return error if error != E.NONE else group.heartbeat(member_id, instance_id, generation)
+    def heartbeat(self, call: Heartbeat) -> Done:
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None:
+            error = ErrorCode.unknown_member_id
+        return Done(error if error != ErrorCode.none else group.heartbeat(call.member_id, call.instance_id, call.generation))
 
-    def leave_group(self, group_id, members) -> tuple:
-        """members: [(member id, instance id)] -> (error, [(member id, instance id, error)])."""
-        error = self._check(group_id)
-        group = self.groups.get(group_id)
-        if error == E.NONE and group is None:
-            error = E.UNKNOWN_MEMBER_ID
-        if error != E.NONE:
-            return error, [(m, i, error) for m, i in members]
-        return E.NONE, [(m, i, group.leave(m, i)) for m, i in members]
+    def leave_group(self, call: LeaveGroup) -> LeaveResult:
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None:
+            error = ErrorCode.unknown_member_id
+        if error != ErrorCode.none:
+            return call.unanswered(error)
+        return LeaveResult(ErrorCode.none, [LeftMember(m, i, group.leave(m, i)) for m, i in call.members])
 
     # --- administration ---------------------------------------------------------------------
-    def describe_group(self, group_id) -> tuple:
-        """(error, state, protocol type, protocol data, members); GROUP_ID_NOT_FOUND when unknown."""
-        error = self._check(group_id)
-        group = self.groups.get(group_id)
-        if error == E.NONE and group is None:
-            error = E.GROUP_ID_NOT_FOUND
-        if error != E.NONE:
-            return (error, DEAD, "", "", [])
-        return (E.NONE, *group.describe())
+    def describe_group(self, call: DescribeGroup) -> GroupDescription:
+        """GROUP_ID_NOT_FOUND when unknown."""
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None:
+            error = ErrorCode.group_id_not_found
+        if error != ErrorCode.none:
+            return GroupDescription(error, DEAD.value)
+        return group.describe()
 
-    def list_groups(self, states, types) -> tuple:
-        """(error, [(group id, protocol type, state, group type)]) for the loaded groups."""
-        wanted_states = {s.lower() for s in states or ()}
-        if types and _GROUP_TYPE not in {t.lower() for t in types}:
-            return E.NONE, []
-        rows = [(gid, g.protocol_type or "", g.state, _GROUP_TYPE) for gid, g in self.groups.items()
-                if not wanted_states or g.state.lower() in wanted_states]
-        return (E.COORDINATOR_LOAD_IN_PROGRESS if self._loading else E.NONE), rows
+    def list_groups(self, call: ListGroups) -> GroupListing:
+        """The loaded groups of this worker, filtered by state and type."""
+        wanted_states = {s.lower() for s in call.states or ()}
+        if call.types and _GROUP_TYPE not in {t.lower() for t in call.types}:
+            return GroupListing(ErrorCode.none)
+        rows = [ListedGroup(gid, g.protocol_type or "", g.state.value, _GROUP_TYPE) for gid, g in self.groups.items()
+                if not wanted_states or g.state.value.lower() in wanted_states]
+        return GroupListing(ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none, rows)
 
-    def delete_group(self, group_id) -> int:
-        error = self._check(group_id)
-        group = self.groups.get(group_id)
-        if error != E.NONE:
-            return error
+    def delete_group(self, call: DeleteGroup) -> Done:
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error != ErrorCode.none:
+            return Done(error)
         if group is None or group.state == DEAD:
-            return E.GROUP_ID_NOT_FOUND
+            return Done(ErrorCode.group_id_not_found)
         if group.state != EMPTY:
-            return E.NON_EMPTY_GROUP
-        return self._remove_group(group)
+            return Done(ErrorCode.non_empty_group)
+        return Done(self._remove_group(group))
 
     def _remove_group(self, group: Group) -> int:
         gid = group.group_id
         pairs = [(R.encode_offset_key(gid, t, p), None) for t, p in self.offsets.of_group(gid)]
         pairs.append((R.encode_group_key(gid), None))
         error = self._append(gid, pairs)
-        if error == E.NONE:
+        if error == ErrorCode.none:
             self.offsets.drop_group(gid)
             group.close(DEAD)
             del self.groups[gid]
         return error
 
     # --- offsets --------------------------------------------------------------------------
-    async def offset_commit(self, group_id, generation, member_id, instance_id, partitions, api_version) -> list:
-        """partitions: [(topic, partition, offset, leader epoch, metadata)] -> [(topic, partition, error)]."""
+    async def offset_commit(self, call: OffsetCommit) -> CommittedOffsets:
+        group_id = call.group_id
         error = self._check(group_id)
         group = self.groups.get(group_id)
-        if error == E.NONE:
-            error = self._commit_allowed(group, generation, member_id, instance_id, api_version)
-        if error != E.NONE:
-            return [(t, p, error) for t, p, *_ in partitions]
+        if error == ErrorCode.none:
+            error = self._commit_allowed(group, call.generation, call.member_id, call.instance_id, call.api_version)
+        if error != ErrorCode.none:
+            return call.unanswered(error)
         if group is None:
             group = self._new_group(group_id)  # a "simple" group: offsets without membership
         ts = now_ms()
         results, pairs, values = [], [], []
-        for topic, partition, offset, epoch, metadata in partitions:
+        for topic, partition, offset, epoch, metadata in call.partitions:
             metadata = metadata or ""
             if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                results.append((topic, partition, E.OFFSET_METADATA_TOO_LARGE))
+                results.append(PartitionError(topic, partition, ErrorCode.offset_metadata_too_large))
                 continue
             value = R.OffsetValue(offset, epoch, metadata, ts)
             pairs.append((R.encode_offset_key(group_id, topic, partition), R.encode_offset_value(value)))
             values.append((topic, partition, value))
-            results.append((topic, partition, E.NONE))
+            results.append(PartitionError(topic, partition, ErrorCode.none))
         error, end_offset = self._append_at(group_id, pairs)
-        if error == E.NONE and pairs:
+        if error == ErrorCode.none and pairs:
             error = await self._replicated(group_id, end_offset)
-        if error != E.NONE:
-            return [(t, p, error if e == E.NONE else e) for t, p, e in results]
+        if error != ErrorCode.none:
+            return CommittedOffsets(ErrorCode.none, [PartitionError(r.topic, r.partition, error if r.error == ErrorCode.none
+                                                            else r.error) for r in results])
         for topic, partition, value in values:
             self.offsets.put(group_id, topic, partition, value)
-        group.touch(member_id)
-        return results
+        group.touch(call.member_id)
+        return CommittedOffsets(ErrorCode.none, results)
 
     @staticmethod
     def _commit_allowed(group, generation, member_id, instance_id, api_version) -> int:
         if group is None:
             if generation < 0:
-                return E.NONE
-            return E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION
+                return ErrorCode.none
+            return ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
         if group.state == DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if generation < 0 and group.state == EMPTY:
-            return E.NONE  # a standalone commit (no group membership)
+            return ErrorCode.none  # a standalone commit (no group membership)
         error = group.check_member(member_id, instance_id, generation)
-        if error != E.NONE:
+        if error != ErrorCode.none:
             return error
-        return E.REBALANCE_IN_PROGRESS if group.state == COMPLETING else E.NONE
+        return ErrorCode.rebalance_in_progress if group.state == COMPLETING else ErrorCode.none
 
-    def offset_fetch(self, group_id, topics, require_stable) -> tuple:
-        """topics: [(topic, [partition])] or None for all -> (error, [(topic, partition, offset,
-        leader epoch, metadata, error)]).  ``require_stable`` waits on pending transactional
-        commits, which this broker does not have yet, so every offset is stable."""
+    def offset_fetch(self, call: OffsetFetch) -> FetchedOffsets:
+        """Every committed offset of the group, or those asked about (-1 when none).
+        ``require_stable`` waits on pending transactional commits, which this
+        broker does not have yet, so every offset is stable."""
+        group_id = call.group_id
         error = self._check(group_id)
-        if error != E.NONE:
-            return error, []
-        if topics is None:
+        if error != ErrorCode.none:
+            return call.unanswered(error)
+        if call.topics is None:
             items = sorted(self.offsets.of_group(group_id).items())
-            return E.NONE, [(t, p, v.offset, v.leader_epoch, v.metadata, E.NONE) for (t, p), v in items]
+            return FetchedOffsets(ErrorCode.none, [FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
+                                           for (t, p), v in items])
         rows = []
-        for topic, partitions in topics:
+        for topic, partitions in call.topics:
             for p in partitions:
                 v = self.offsets.get(group_id, topic, p)
-                rows.append((topic, p, -1, -1, "", E.NONE) if v is None else
-                            (topic, p, v.offset, v.leader_epoch, v.metadata, E.NONE))
-        return E.NONE, rows
+                rows.append(FetchedOffset(topic, p) if v is None else
+                            FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+        return FetchedOffsets(ErrorCode.none, rows)
 
-    def offset_delete(self, group_id, partitions) -> tuple:
-        """partitions: [(topic, partition)] -> (error, [(topic, partition, error)])."""
+    def offset_delete(self, call: OffsetDelete) -> CommittedOffsets:
+        group_id = call.group_id
         error = self._check(group_id)
         group = self.groups.get(group_id)
-        if error == E.NONE and (group is None or group.state == DEAD):
-            error = E.GROUP_ID_NOT_FOUND
+        if error == ErrorCode.none and (group is None or group.state == DEAD):
+            error = ErrorCode.group_id_not_found
         subscribed: set[str] = set()
-        if error == E.NONE and group.state != EMPTY:
+        if error == ErrorCode.none and group.state != EMPTY:
             subscribed = group.subscribed_topics()
             if subscribed is None:
-                error = E.NON_EMPTY_GROUP
-        if error != E.NONE:
-            return error, []
+                error = ErrorCode.non_empty_group
+        if error != ErrorCode.none:
+            return CommittedOffsets(error)
         results, pairs, doomed = [], [], []
-        for topic, partition in partitions:
+        for topic, partition in call.partitions:
             if topic in subscribed:
-                results.append((topic, partition, E.GROUP_SUBSCRIBED_TO_TOPIC))
+                results.append(PartitionError(topic, partition, ErrorCode.group_subscribed_to_topic))
                 continue
             if self.offsets.get(group_id, topic, partition) is not None:
                 pairs.append((R.encode_offset_key(group_id, topic, partition), None))
                 doomed.append((topic, partition))
-            results.append((topic, partition, E.NONE))
+            results.append(PartitionError(topic, partition, ErrorCode.none))
         error = self._append(group_id, pairs)
-        if error != E.NONE:
-            return error, []
+        if error != ErrorCode.none:
+            return CommittedOffsets(error)
         for topic, partition in doomed:
             self.offsets.delete(group_id, topic, partition)
-        return E.NONE, results
+        return CommittedOffsets(ErrorCode.none, results)
 
     # --- expiry and shutdown -------------------------------------------------------------
     def _expire(self) -> None:
@@ -433,7 +446,7 @@ class GroupCoordinator:
         """Delete expired offsets (tombstones), then empty groups left without offsets."""
         removed = 0
         for group in list(self.groups.values()):
-            if group_partition(group.group_id, self.partitions) not in self._loaded:
+            if group_partition(group.group_id, self.offsets_partitions) not in self._loaded:
                 continue
             gid = group.group_id
             if group.state == EMPTY:
@@ -441,7 +454,7 @@ class GroupCoordinator:
             else:
                 empty_since, keep = None, group.subscribed_topics()
             doomed = self.offsets.expired(gid, now, self.retention_ms, empty_since=empty_since, keep_topics=keep)
-            if doomed and self._append(gid, [(R.encode_offset_key(gid, t, p), None) for t, p in doomed]) == E.NONE:
+            if doomed and self._append(gid, [(R.encode_offset_key(gid, t, p), None) for t, p in doomed]) == ErrorCode.none:
                 for t, p in doomed:
                     self.offsets.delete(gid, t, p)
                 removed += len(doomed)

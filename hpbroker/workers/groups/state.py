@@ -9,55 +9,53 @@ KIP-394 MEMBER_ID_REQUIRED, KIP-134 initial rebalance delay)::
 
 Join and sync waits are futures resolved by the transitions; session,
 rebalance and pending-sync timeouts are timers of the group's clock, re-armed
-by heartbeats.  The clock is a parameter (live: ``LoopClock``, wall time and
-the running loop's ``call_later``) so that tests move time by hand instead of
-sleeping through timeouts.  Answers are plain tuples so they cross the
-intra-broker channel.  ``persist(group)`` is called where Kafka writes the
-group's metadata record (assignment done, group emptied, static member
-replaced) and returns an error code (0 when written).
+by heartbeats.  The clock is a parameter (``hpbroker.clock``; live: wall time
+and the running loop's ``call_later``) so that tests move time by hand instead
+of sleeping through timeouts.  Answers are the owner-call results
+(``owner_calls.JoinResult``, ``SyncResult``, ``GroupDescription``), so they
+cross the intra-broker channel as they are.  ``persist(group)`` is called
+where Kafka writes the group's metadata record (assignment done, group
+emptied, static member replaced) and returns an error code (0 when written).
+A state change outside Kafka's transitions (above) is a bug: it raises.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import struct
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from hpbroker.clock import now_ms
-from hpbroker import errors as E
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+from hpbroker.clock import SYSTEM, Clock, Timer
+from hpbroker.errors import ErrorCode
+from hpbroker.workers.owner_calls import DescribedMember, GroupDescription, JoinedMember, JoinResult, SyncResult
 
 
+class GroupState(enum.Enum):
+    """Kafka's names, as DescribeGroups and ListGroups show them."""
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
 
 
-class Timer(Protocol):
-    def cancel(self) -> None: ...
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (GroupState.EMPTY, GroupState.PREPARING, GroupState.COMPLETING,
+                                              GroupState.STABLE, GroupState.DEAD)
+# Kafka's GroupMetadata: the states each may be entered from.
+_ENTERED_FROM = {
+    PREPARING: {STABLE, COMPLETING, EMPTY},
+    COMPLETING: {PREPARING},
+    STABLE: {COMPLETING},
+    EMPTY: {PREPARING},
+    DEAD: set(GroupState),
+}
 
 
-class Clock(Protocol):
-    """Where a group reads the time and arms its timeouts."""
+class IllegalGroupTransition(RuntimeError):
+    """A state change Kafka's state machine does not have: a bug."""
 
-    def now_ms(self) -> int: ...
-
-    def call_later(self, delay_ms: int, callback: Callable[..., None], *args) -> Timer: ...
-
-
-class LoopClock:
-    """The live clock: wall-clock milliseconds for timestamps (they are stored
-    and compared with other brokers'), the running loop's timers for timeouts."""
-
-    now_ms = staticmethod(now_ms)
-
-    @staticmethod
-    def call_later(delay_ms: int, callback: Callable[..., None], *args) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(delay_ms / 1000, callback, *args)
-
-
-LOOP_CLOCK = LoopClock()
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
 
 
 class Group:
-    def __init__(self, group_id: str, config: GroupConfig, persist=lambda group: 0, clock: Clock = LOOP_CLOCK):
+    def __init__(self, group_id: str, config: GroupConfig, persist=lambda group: 0, clock: Clock = SYSTEM):
         self.group_id = group_id
         self.config = config
         self.persist = persist
@@ -137,7 +135,9 @@ class Group:
         self._new_member_added = False
 
     # --- helpers ---------------------------------------------------------------------
-    def _set_state(self, state: str) -> None:
+    def _set_state(self, state: GroupState) -> None:
+        if self.state not in _ENTERED_FROM[state]:
+            raise IllegalGroupTransition(f"group {self.group_id!r}: {self.state.value} -> {state.value}")
         self.state = state
         self.state_timestamp = self.clock.now_ms()
 
@@ -172,16 +172,17 @@ class Group:
             topics |= found
         return topics
 
-    def _join_answer(self, member: Member, error=E.NONE) -> tuple:
+    def _join_answer(self, member: Member, error=ErrorCode.none) -> JoinResult:
         members = []
         if member.member_id == self.leader:
-            members = [(m.member_id, m.instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
-        return (error, self.generation, self.protocol_type, self.protocol_name, self.leader, member.member_id,
-                members, False)
+            members = [JoinedMember(m.member_id, m.instance_id, m.metadata(self.protocol_name))
+                       for m in self.members.values()]
+        return JoinResult(error, self.generation, self.protocol_type, self.protocol_name, self.leader or "",
+                          member.member_id, members)
 
     @staticmethod
-    def join_error(error, member_id: str = "") -> tuple:
-        return (error, -1, None, None, "", member_id, [], False)
+    def join_error(error, member_id: str = "") -> JoinResult:
+        return JoinResult(error, member_id=member_id)
 
     def _arm_expiry(self, member: Member) -> None:
         if member.expiry is not None:
@@ -190,13 +191,13 @@ class Group:
 
     # --- JoinGroup -------------------------------------------------------------------
     async def join(self, member_id, instance_id, client_id, client_host, session_ms, rebalance_ms,
-                   protocol_type, protocols, require_known_member_id) -> tuple:
+                   protocol_type, protocols, require_known_member_id) -> JoinResult:
         if self.state == DEAD:
-            return self.join_error(E.COORDINATOR_NOT_AVAILABLE, member_id)
+            return self.join_error(ErrorCode.coordinator_not_available, member_id)
         names = [n for n, _ in protocols]
         if not protocol_type or not names or (self.members and (
                 protocol_type != self.protocol_type or not self._candidates(names))):
-            return self.join_error(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return self.join_error(ErrorCode.inconsistent_group_protocol, member_id)
         args = (instance_id, client_id, client_host, session_ms, rebalance_ms, protocols)
         if member_id == "":
             new_id = f"{client_id}-{uuid.uuid4()}"
@@ -207,16 +208,16 @@ class Group:
                 return await self._add_and_rebalance(new_id, protocol_type, *args)
             if require_known_member_id:
                 self.pending[new_id] = self.clock.call_later(session_ms, self._on_pending_expiry, new_id)
-                return self.join_error(E.MEMBER_ID_REQUIRED, new_id)
+                return self.join_error(ErrorCode.member_id_required, new_id)
             return await self._add_and_rebalance(new_id, protocol_type, *args)
         if member_id in self.pending:
             self.pending.pop(member_id).cancel()
             return await self._add_and_rebalance(member_id, protocol_type, *args)
         if self._fenced(member_id, instance_id):
-            return self.join_error(E.FENCED_INSTANCE_ID, member_id)
+            return self.join_error(ErrorCode.fenced_instance_id, member_id)
         member = self.members.get(member_id)
         if member is None or self.state == EMPTY:
-            return self.join_error(E.UNKNOWN_MEMBER_ID, member_id)
+            return self.join_error(ErrorCode.unknown_member_id, member_id)
         same = member.protocols == list(protocols)
         if self.state == COMPLETING and same:
             return self._join_answer(member)  # a retried join: same answer again
@@ -225,7 +226,7 @@ class Group:
         return await self._update_and_rebalance(member, session_ms, rebalance_ms, protocols)
 
     async def _add_and_rebalance(self, member_id, protocol_type, instance_id, client_id, client_host,
-                                 session_ms, rebalance_ms, protocols) -> tuple:
+                                 session_ms, rebalance_ms, protocols) -> JoinResult:
         member = Member(member_id, instance_id, client_id, client_host, session_ms, rebalance_ms, protocols)
         if not self.members:
             self.protocol_type = protocol_type
@@ -240,7 +241,7 @@ class Group:
         self._check_join_done()
         return await member.join_waiter
 
-    async def _update_and_rebalance(self, member, session_ms, rebalance_ms, protocols) -> tuple:
+    async def _update_and_rebalance(self, member, session_ms, rebalance_ms, protocols) -> JoinResult:
         member.session_ms, member.rebalance_ms, member.protocols = session_ms, rebalance_ms, list(protocols)
         if member.join_waiter is None or member.join_waiter.done():
             member.join_waiter = asyncio.get_running_loop().create_future()
@@ -250,13 +251,13 @@ class Group:
         return await waiter
 
     async def _replace_static(self, old: Member, new_id, instance_id, client_id, client_host, session_ms,
-                              rebalance_ms, protocols) -> tuple:
+                              rebalance_ms, protocols) -> JoinResult:
         """A static member came back with a new member id: the old id is fenced, the
         new one takes its place (and its assignment)."""
         if old.expiry is not None:
             old.expiry.cancel()
-        _resolve(old.join_waiter, self.join_error(E.FENCED_INSTANCE_ID, old.member_id))
-        _resolve(old.sync_waiter, (E.FENCED_INSTANCE_ID, None, None, b""))
+        _resolve(old.join_waiter, self.join_error(ErrorCode.fenced_instance_id, old.member_id))
+        _resolve(old.sync_waiter, SyncResult(ErrorCode.fenced_instance_id))
         member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms, protocols)
         member.assignment = old.assignment
         self.members = {(new_id if k == old.member_id else k): (member if k == old.member_id else v)
@@ -273,9 +274,9 @@ class Group:
             # previous leader id, so a restarted leader does not run a pointless assignment
             # (a Stable group would not hand it out), and SyncGroup returns the kept assignment.
             self._arm_expiry(member)
-            if self.persist(self) == E.NONE:
-                return (E.NONE, self.generation, self.protocol_type, self.protocol_name, old_leader, new_id, [],
-                        False)
+            if self.persist(self) == ErrorCode.none:
+                return JoinResult(ErrorCode.none, self.generation, self.protocol_type, self.protocol_name, old_leader or "",
+                                  new_id)
         member.join_waiter = asyncio.get_running_loop().create_future()
         self._maybe_prepare_rebalance()
         self._check_join_done()
@@ -289,7 +290,7 @@ class Group:
         if self.state == COMPLETING:  # an assignment in progress is void
             for m in self.members.values():
                 m.assignment = b""
-                _resolve(m.sync_waiter, (E.REBALANCE_IN_PROGRESS, None, None, b""))
+                _resolve(m.sync_waiter, SyncResult(ErrorCode.rebalance_in_progress))
         if self._sync_timer is not None:
             self._sync_timer.cancel()
         self.pending_sync.clear()
@@ -362,47 +363,47 @@ class Group:
     def check_member(self, member_id, instance_id, generation) -> int:
         """The error a request from this member at this generation gets (0 if none)."""
         if self.state == DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if self._fenced(member_id, instance_id):
-            return E.FENCED_INSTANCE_ID
+            return ErrorCode.fenced_instance_id
         if member_id not in self.members:
-            return E.UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if generation != self.generation:
-            return E.ILLEGAL_GENERATION
-        return E.NONE
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
 
 
-    async def sync(self, member_id, instance_id, generation, protocol_type, protocol_name, assignments) -> tuple:
-        """(error, protocol type, protocol name, assignment)."""
+    async def sync(self, member_id, instance_id, generation, protocol_type, protocol_name,
+                   assignments) -> SyncResult:
         error = self.check_member(member_id, instance_id, generation)
-        if error == E.NONE and ((protocol_type and protocol_type != self.protocol_type)
+        if error == ErrorCode.none and ((protocol_type and protocol_type != self.protocol_type)
                                 or (protocol_name and protocol_name != self.protocol_name)):
-            error = E.INCONSISTENT_GROUP_PROTOCOL
-        if error == E.NONE and self.state == EMPTY:
-            error = E.UNKNOWN_MEMBER_ID
-        if error == E.NONE and self.state == PREPARING:
-            error = E.REBALANCE_IN_PROGRESS
-        if error != E.NONE:
-            return (error, None, None, b"")
+            error = ErrorCode.inconsistent_group_protocol
+        if error == ErrorCode.none and self.state == EMPTY:
+            error = ErrorCode.unknown_member_id
+        if error == ErrorCode.none and self.state == PREPARING:
+            error = ErrorCode.rebalance_in_progress
+        if error != ErrorCode.none:
+            return SyncResult(error)
         member = self.members[member_id]
         self.pending_sync.discard(member_id)
         self._arm_expiry(member)
         if self.state == STABLE:
-            return (E.NONE, self.protocol_type, self.protocol_name, member.assignment)
+            return SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, member.assignment)
         member.sync_waiter = waiter = asyncio.get_running_loop().create_future()
         if member_id == self.leader:
             given = dict(assignments)
             for m in self.members.values():
                 m.assignment = given.get(m.member_id, b"")
-            if self.persist(self) != E.NONE:
+            if self.persist(self) != ErrorCode.none:
                 for m in self.members.values():
                     m.assignment = b""
-                    _resolve(m.sync_waiter, (E.COORDINATOR_NOT_AVAILABLE, None, None, b""))
+                    _resolve(m.sync_waiter, SyncResult(ErrorCode.coordinator_not_available))
                 self._prepare_rebalance()
                 return await waiter
             self._set_state(STABLE)
             for m in self.members.values():
-                _resolve(m.sync_waiter, (E.NONE, self.protocol_type, self.protocol_name, m.assignment))
+                _resolve(m.sync_waiter, SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, m.assignment))
                 # a session that ran out while it waited for the leader starts again
                 # now (its expiry was skipped then), so a member that dies next is noticed
                 self._arm_expiry(m)
@@ -411,12 +412,12 @@ class Group:
     # --- Heartbeat / LeaveGroup / expiry ---------------------------------------------
     def heartbeat(self, member_id, instance_id, generation) -> int:
         error = self.check_member(member_id, instance_id, generation)
-        if error != E.NONE:
+        if error != ErrorCode.none:
             return error
         if self.state == EMPTY:
-            return E.UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         self._arm_expiry(self.members[member_id])
-        return E.REBALANCE_IN_PROGRESS if self.state == PREPARING else E.NONE
+        return ErrorCode.rebalance_in_progress if self.state == PREPARING else ErrorCode.none
 
     def touch(self, member_id: str) -> None:
         """A commit from a member counts as a heartbeat, as in Kafka."""
@@ -426,23 +427,23 @@ class Group:
 
     def leave(self, member_id: str, instance_id: str | None) -> int:
         if self.state == DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if instance_id is not None:
             known = self.static.get(instance_id)
             if known is None:
-                return E.UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             if member_id and member_id != known:
-                return E.FENCED_INSTANCE_ID
+                return ErrorCode.fenced_instance_id
             member_id = known
         if member_id in self.pending:
             self.pending.pop(member_id).cancel()
             self._check_join_done()
-            return E.NONE
+            return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
-            return E.UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         self._remove(member)
-        return E.NONE
+        return ErrorCode.none
 
     def _on_expiry(self, member_id: str) -> None:
         member = self.members.get(member_id)
@@ -457,8 +458,8 @@ class Group:
     def _remove(self, member: Member, rebalance: bool = True) -> None:
         if member.expiry is not None:
             member.expiry.cancel()
-        _resolve(member.join_waiter, self.join_error(E.UNKNOWN_MEMBER_ID, member.member_id))
-        _resolve(member.sync_waiter, (E.UNKNOWN_MEMBER_ID, None, None, b""))
+        _resolve(member.join_waiter, self.join_error(ErrorCode.unknown_member_id, member.member_id))
+        _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
         self.members.pop(member.member_id, None)
         if member.instance_id is not None and self.static.get(member.instance_id) == member.member_id:
             del self.static[member.instance_id]
@@ -472,7 +473,7 @@ class Group:
         self._check_join_done()
 
     # --- life cycle --------------------------------------------------------------------
-    def close(self, state: str = DEAD) -> None:
+    def close(self, state: GroupState = DEAD) -> None:
         """Deleted, expired or unloaded: waiters are answered, timers stopped."""
         for timer in (self._join_timer, self._sync_timer, *self.pending.values()):
             if timer is not None:
@@ -481,8 +482,8 @@ class Group:
         for m in list(self.members.values()):
             if m.expiry is not None:
                 m.expiry.cancel()
-            _resolve(m.join_waiter, self.join_error(E.NOT_COORDINATOR, m.member_id))
-            _resolve(m.sync_waiter, (E.NOT_COORDINATOR, None, None, b""))
+            _resolve(m.join_waiter, self.join_error(ErrorCode.not_coordinator, m.member_id))
+            _resolve(m.sync_waiter, SyncResult(ErrorCode.not_coordinator))
         self._set_state(state)
 
     def restore(self, generation, protocol_type, protocol_name, leader, state_timestamp, members) -> None:
@@ -501,10 +502,12 @@ class Group:
         self.state = STABLE if self.members else EMPTY
         self.state_timestamp = state_timestamp if state_timestamp >= 0 else self.clock.now_ms()
 
-    def describe(self) -> tuple:
-        """(state, protocol type, protocol data, [(id, instance, client id, host, metadata, assignment)])."""
+    def describe(self) -> GroupDescription:
+        """DescribeGroups: protocol data, metadata and assignments only once Stable, as in Kafka."""
         stable = self.state == STABLE
-        members = [(m.member_id, m.instance_id, m.client_id, m.client_host,
-                    m.metadata(self.protocol_name) if stable else b"", m.assignment if stable else b"")
+        members = [DescribedMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                   m.metadata(self.protocol_name) if stable else b"",
+                                   m.assignment if stable else b"")
                    for m in self.members.values()]
-        return (self.state, self.protocol_type or "", (self.protocol_name or "") if stable else "", members)
+        return GroupDescription(ErrorCode.none, self.state.value, self.protocol_type or "",
+                                (self.protocol_name or "") if stable else "", members)

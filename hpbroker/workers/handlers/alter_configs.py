@@ -35,7 +35,7 @@ def _incremental(current: dict, changes) -> dict:
     return result
 
 
-def _apply(ctx, resource, incremental: bool, validate_only: bool):
+async def _apply(ctx, resource, incremental: bool, validate_only: bool):
     if resource.resource_type == BROKER:
         return ErrorCode.invalid_request, "broker settings come from server.properties: edit it and send SIGHUP"
     if resource.resource_type != TOPIC:
@@ -48,7 +48,7 @@ def _apply(ctx, resource, incremental: bool, validate_only: bool):
             configs = _incremental(info.configs, resource.configs)
         else:
             configs = {c.name: c.value for c in resource.configs if c.value is not None}
-        ctx.topics.set_configs(info.name, configs, validate_only=validate_only)
+        await ctx.topics.set_configs(info.name, configs, validate_only=validate_only)
     except TopicError as exc:
         return exc.code, str(exc)
     return ErrorCode.none, None
@@ -59,7 +59,7 @@ def _handler(api_key: int, incremental: bool):
         m = response_module(api_key, header.api_version)
         responses = []
         for resource in request.resources:
-            error, message = _apply(ctx, resource, incremental, request.validate_only)
+            error, message = await _apply(ctx, resource, incremental, request.validate_only)
             responses.append(make(m.AlterConfigsResourceResponse, error_code=error, error_message=message,
                                   resource_type=resource.resource_type, resource_name=resource.resource_name))
         return make(getattr(m, "IncrementalAlterConfigsResponse" if incremental else "AlterConfigsResponse"),

@@ -1,16 +1,14 @@
 """AlterPartitionReassignments (45): move partitions to other replicas, or
 cancel a move (a null replica list).
 
-In a cluster the topic znode is rewritten (``WorkerLink.alter_reassignments``,
-off the event loop) and the controller carries the move out.  Standalone, the
+In a cluster the topic znode is rewritten (``ClusterAdmin.alter_reassignments``,
+a coroutine) and the controller carries the move out.  Standalone, the
 one broker holds every replica: naming it alone changes nothing and succeeds,
 and anything else names a broker that is not there, as Kafka would answer on
 a one-broker cluster (the same checks, ``cluster.reassignment.plan``)."""
 
-import asyncio
-
 from hpbroker.cluster import reassignment, znodes
-from hpbroker.cluster.worker_link import AdminError
+from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -26,8 +24,7 @@ async def _alter(ctx, topic: str, changes: dict, allow: bool) -> dict:
                                                  allow_replication_factor_change=allow)
         return outcomes
     try:
-        return await asyncio.to_thread(ctx.topics.link.alter_reassignments, topic, changes,
-                                       allow_replication_factor_change=allow)
+        return await ctx.topics.admin.alter_reassignments(topic, changes, allow_replication_factor_change=allow)
     except AdminError as exc:
         return {p: reassignment.Outcome(ErrorCode.request_timed_out, str(exc)) for p in changes}
 

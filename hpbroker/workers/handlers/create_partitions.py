@@ -12,7 +12,7 @@ async def handle(ctx, header, request):
     results = []
     for topic in request.topics:
         try:
-            ctx.topics.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            await ctx.topics.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
             results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode.none,
                                 error_message=None))
         except TopicError as exc:

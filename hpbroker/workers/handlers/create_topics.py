@@ -52,8 +52,8 @@ async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     checked = [_checked(ctx, topic) for topic in request.topics]
     # All of the request's topics at once: a reader on another worker sees all or none, as in Kafka.
-    made = iter(ctx.topics.create_all([c for c in checked if not isinstance(c, TopicError)],
-                                      validate_only=request.validate_only))
+    made = iter(await ctx.topics.create_all([c for c in checked if not isinstance(c, TopicError)],
+                                            validate_only=request.validate_only))
     outcomes = [check if isinstance(check, TopicError) else next(made) for check in checked]
     created = [o.name for o in outcomes if not isinstance(o, TopicError)]
     if created and not request.validate_only and not ctx.cluster.standalone:

@@ -3,17 +3,15 @@
 
 import asyncio
 
-from hpbroker.errors import ErrorCode
-from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.owner_calls import DeleteGroup
 
 API_KEY = 42
 
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    errors = await asyncio.gather(*(call_group(ctx, gid, "delete_group") for gid in request.groups_names))
+    answers = await asyncio.gather(*(ctx.owners.ask(DeleteGroup(gid)) for gid in request.groups_names))
     return make(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
-        make(m.DeletableGroupResult, group_id=gid,
-             error_code=ErrorCode.coordinator_not_available if error is None else error)
-        for gid, error in zip(request.groups_names, errors)))
+        make(m.DeletableGroupResult, group_id=gid, error_code=done.error)
+        for gid, done in zip(request.groups_names, answers)))

@@ -5,12 +5,11 @@ its znodes; every replica deletes its log when its image drops the topic.
 The answer waits, up to the request's timeout, until this broker's view no
 longer has the topic."""
 
-import asyncio
 import time
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.peers import PeerUnavailable
+from hpbroker.workers.owner_calls import DeletePartition
 from hpbroker.workers.topics import TopicError
 
 API_KEY = 20
@@ -18,7 +17,7 @@ API_KEY = 20
 
 async def _delete_in_cluster(ctx, info, deadline: float):
     try:
-        ctx.topics.delete(info.name)
+        await ctx.topics.delete(info.name)
     except TopicError as exc:
         return info.name, info.topic_id, exc.code, str(exc)
     while ctx.topics.get(info.name) is not None:
@@ -37,10 +36,10 @@ async def _delete(ctx, name, topic_id, deadline: float):
         return info.name, info.topic_id, ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
     if not ctx.cluster.standalone:
         return await _delete_in_cluster(ctx, info, deadline)
-    try:
-        await asyncio.gather(*(ctx.call_owner(info.name, p, "delete_partition") for p in range(info.partitions)))
-    except PeerUnavailable as exc:
-        return info.name, info.topic_id, ErrorCode.request_timed_out, str(exc)
+    done = await ctx.owners.ask_all([DeletePartition(info.name, p) for p in range(info.partitions)])
+    failed = [p for p, d in enumerate(done) if d.error != ErrorCode.none]
+    if failed:
+        return info.name, info.topic_id, ErrorCode.request_timed_out, f"partitions {failed} could not be deleted yet"
     ctx.topics.forget_configs(info.name)
     return info.name, info.topic_id, ErrorCode.none, None
 

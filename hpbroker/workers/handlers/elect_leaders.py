@@ -13,17 +13,16 @@ shows the new leaders, or REQUEST_TIMED_OUT after the request's timeout.
 Standalone, this broker leads everything already.  With a null topic list
 every partition is considered and only those elected or failed are listed."""
 
-import asyncio
 import time
 
-from hpbroker.cluster.worker_link import AdminError
+from hpbroker.sentinels import NO_LEADER
+from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 43
 PREFERRED = 0
 UNCLEAN = 1
-_NO_LEADER = -1
 
 
 def _everything(ctx) -> list[tuple[str, int]]:
@@ -69,14 +68,14 @@ def _elected(ctx, topic: str, p: int, election_type: int) -> bool:
         return False
     if election_type == PREFERRED:
         return state.leader == assignment.partitions[p][0]
-    return state.leader != _NO_LEADER and state.leader in image.live
+    return state.leader != NO_LEADER and state.leader in image.live
 
 
 async def _elect(ctx, asked: list[tuple[str, int]], election_type: int, timeout_s: float) -> dict:
-    link = ctx.topics.link
-    request = link.request_preferred_election if election_type == PREFERRED else link.request_unclean_election
+    admin = ctx.topics.admin
+    request = admin.request_preferred_election if election_type == PREFERRED else admin.request_unclean_election
     try:
-        await asyncio.to_thread(request, asked)
+        await request(asked)
     except AdminError as exc:
         return {key: (ErrorCode.request_timed_out, str(exc)) for key in asked}
     deadline = time.monotonic() + timeout_s

@@ -17,21 +17,19 @@ import time
 from hpbroker.errors import ErrorCode
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
-from hpbroker.workers.partitions import LocateResult
+from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
 
 API_KEY = 1
 log = logging.getLogger(__name__)
-
-
-_UNAVAILABLE = LocateResult(ErrorCode.not_leader_or_follower)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
 
 
-async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int, replica_epoch: int) -> list:
+async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
     """Where each requested partition's batches are: one call per owning worker,
     none larger than the whole response may be (``max_bytes``) unless its first
     batch alone is.  None for a partition of an unknown topic (its error is the
-    topic's)."""
+    topic's).  A follower's fetch (``replica``: its id and broker epoch) is a
+    ``FollowerFetch``, which also tells the leader how far the follower got."""
     results, calls, slots = [], [], []
     for _, info, _, parts in wanted:
         for p in parts:
@@ -44,9 +42,14 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica_id: int, replica_epoc
             else:
                 slots.append(len(results))
                 results.append(None)
-                calls.append((info.name, p.partition, p.fetch_offset, min(p.partition_max_bytes, max_bytes),
-                              replica_id, getattr(p, "current_leader_epoch", -1), replica_epoch))
-    for slot, answer in zip(slots, await ctx.call_owners("locate", calls, _UNAVAILABLE)):
+                size = min(p.partition_max_bytes, max_bytes)
+                epoch = getattr(p, "current_leader_epoch", -1)
+                if replica is None:
+                    calls.append(Locate(info.name, p.partition, p.fetch_offset, size, epoch))
+                else:
+                    calls.append(FollowerFetch(info.name, p.partition, p.fetch_offset, size, epoch, *replica,
+                                               getattr(p, "log_start_offset", -1)))
+    for slot, answer in zip(slots, await ctx.owners.ask_all(calls) if calls else ()):
         results[slot] = answer
     return results
 
@@ -68,17 +71,16 @@ async def _wait_for_data(ctx, wanted, located, timeout_s, replica: bool):
             r = next(seen)
             if info is not None and r is not None:
                 end_seen = max(p.fetch_offset, r.high_watermark)
-                by_owner.setdefault(ctx.owner(info.name, p.partition), []).append((info.name, p.partition, end_seen))
+                by_owner.setdefault(ctx.owners.partition_owner(info.name, p.partition), []).append(
+                    (info.name, p.partition, end_seen))
     if not by_owner:
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
-    calls = [asyncio.ensure_future(ctx.call_worker(owner, "partitions.wait_any", items, timeout_s, replica))
+    waits = [asyncio.ensure_future(ctx.owners.ask(WaitForData(items, int(timeout_s * 1000), replica), owner))
              for owner, items in by_owner.items()]
-    done, pending = await asyncio.wait(calls, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    for call in pending:
-        call.cancel()
-    for call in done:
-        call.exception()  # a peer that went away just ends the wait
+    _done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for wait in pending:
+        wait.cancel()
 
 
 async def handle(ctx, header, request):
@@ -92,20 +94,21 @@ async def handle(ctx, header, request):
         replica_id, replica_epoch = state.replica_id, state.replica_epoch
     else:
         replica_id, replica_epoch = getattr(request, "replica_id", -1), -1
+    replica = (replica_id, replica_epoch) if replica_id >= 0 else None
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await _locate_all(ctx, wanted, max_bytes, replica_id, replica_epoch)
+        located = await _locate_all(ctx, wanted, max_bytes, replica)
         ready = sum(r.size for r in located if r is not None and r.error == ErrorCode.none and r.path)
         errors = any(r is None or r.error != ErrorCode.none for r in located)
         remaining = deadline - time.monotonic()
         if ready >= request.min_bytes or errors or remaining <= 0 or not located:
             break
-        await _wait_for_data(ctx, wanted, located, remaining, replica_id >= 0)
+        await _wait_for_data(ctx, wanted, located, remaining, replica is not None)
         if time.monotonic() >= deadline:
-            located = await _locate_all(ctx, wanted, max_bytes, replica_id, replica_epoch)
+            located = await _locate_all(ctx, wanted, max_bytes, replica)
             break
     budget, first = max_bytes, True
     topics, results = [], iter(located)

@@ -16,13 +16,13 @@ GROUP, TRANSACTION = 0, 1
 TRANSACTIONS_UNSUPPORTED = "hpbroker does not support transactions yet (idempotent producers work)"
 
 
-def _find(ctx, key_type: int, key: str):
+async def _find(ctx, key_type: int, key: str):
     """(error, message, coordinator node or None) for one key."""
     if key_type == TRANSACTION:
         return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED, None
     if key_type != GROUP:
         return ErrorCode.invalid_request, f"unknown key type {key_type}", None
-    if ctx.groups.ensure_offsets_topic() != ErrorCode.none:
+    if await ctx.groups.ensure_offsets_topic() != ErrorCode.none:
         return ErrorCode.coordinator_not_available, "the offsets topic could not be created", None
     node = ctx.cluster.coordinator(key, ctx.config["offsets.topic.num.partitions"])
     if node is None:
@@ -35,13 +35,13 @@ async def handle(ctx, header, request):
     key_type = getattr(request, "key_type", GROUP)
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:  # v0-v3: one key
-        error, message, node = _find(ctx, key_type, request.key)
+        error, message, node = await _find(ctx, key_type, request.key)
         return make(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=message,
                     node_id=node.broker_id if node else -1, host=node.host if node else "",
                     port=node.port if node else -1)
     coordinators = []
     for key in keys:
-        error, message, node = _find(ctx, key_type, key)
+        error, message, node = await _find(ctx, key_type, key)
         coordinators.append(make(m.Coordinator, key=key, node_id=node.broker_id if node else -1,
                                  host=node.host if node else "", port=node.port if node else -1, error_code=error,
                                  error_message=message))

@@ -8,7 +8,7 @@ as FindCoordinator explains.
 
 import logging
 
-from hpbroker.cluster.worker_link import AdminError
+from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -28,7 +28,7 @@ async def handle(ctx, header, request):
         new_id, new_epoch = producer_id, epoch + 1
     else:
         try:
-            new_id, new_epoch = ctx.producer_ids.allocate(), 0
+            new_id, new_epoch = await ctx.producer_ids.allocate(), 0
         except AdminError as exc:  # a cluster's id blocks come from ZooKeeper: retriable
             log.warning("no producer id: %s", exc)
             return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,

@@ -6,25 +6,18 @@ import asyncio
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.peers import PeerUnavailable
+from hpbroker.workers.owner_calls import ListGroups
 
 API_KEY = 16
 
 
-async def _ask(ctx, worker, states, types):
-    try:
-        return await ctx.call_worker(worker, "groups.list_groups", states, types)
-    except PeerUnavailable:
-        return ErrorCode.coordinator_not_available, []
-
-
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    states = list(getattr(request, "states_filter", ()) or ())
-    types = list(getattr(request, "types_filter", ()) or ())
-    answers = await asyncio.gather(*(_ask(ctx, w, states, types) for w in range(ctx.workers)))
-    error = next((e for e, _ in answers if e), ErrorCode.none)  # the first failure, as a partial list is still returned
-    rows = sorted(row for _, found in answers for row in found)
+    call = ListGroups(list(getattr(request, "states_filter", ()) or ()), list(getattr(request, "types_filter", ()) or ()))
+    answers = await asyncio.gather(*(ctx.owners.ask(call, worker) for worker in range(ctx.workers)))
+    # the first failure, as a partial list is still returned
+    error = next((a.error for a in answers if a.error != ErrorCode.none), ErrorCode.none)
+    rows = sorted((g.group_id, g.protocol_type, g.state, g.group_type) for a in answers for g in a.groups)
     return make(m.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error, groups=tuple(
         make(m.ListedGroup, group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
         for gid, ptype, state, gtype in rows))

@@ -1,13 +1,11 @@
 """ListPartitionReassignments (46): the reassignments under way, of the
 partitions named or of all (a null topic list).  In a cluster they are read
-from ZooKeeper at the time of the request (off the event loop), so a client
+from ZooKeeper at the time of the request, so a client
 sees its own AlterPartitionReassignments at once; partitions that do not
 exist or are not being moved are left out, as Kafka does.  A standalone
 broker never has one."""
 
-import asyncio
-
-from hpbroker.cluster.worker_link import AdminError
+from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -24,7 +22,7 @@ async def handle(ctx, header, request):
     found = []
     if not ctx.cluster.standalone:
         try:
-            found = await asyncio.to_thread(ctx.topics.link.list_reassignments, wanted)
+            found = await ctx.topics.admin.list_reassignments(wanted)
         except AdminError as exc:
             return make(m.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
                         error_code=ErrorCode.request_timed_out, error_message=str(exc), topics=())

@@ -27,9 +27,9 @@ def _requested(ctx, header, request):
     return found
 
 
-def _auto_create(ctx, name):
+async def _auto_create(ctx, name):
     try:
-        return ctx.topics.create(name, ctx.config["num.partitions"]), ErrorCode.none
+        return await ctx.topics.create(name, ctx.config["num.partitions"]), ErrorCode.none
     except TopicError as exc:
         if exc.code == ErrorCode.topic_already_exists:  # created meanwhile by another client
             return ctx.topics.get(name), ErrorCode.none
@@ -50,7 +50,7 @@ async def handle(ctx, header, request):
         for name, topic_id, info in requested:
             error = ErrorCode.none
             if info is None and name is not None and allow_create:
-                info, error = _auto_create(ctx, name)
+                info, error = await _auto_create(ctx, name)
             elif info is None:
                 error = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
             entries.append((name, topic_id, info, error))

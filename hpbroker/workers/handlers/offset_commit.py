@@ -4,8 +4,8 @@ Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as
 Kafka's KafkaApis filters them before the coordinator)."""
 
 from hpbroker.errors import ErrorCode
-from hpbroker.workers.handlers.group_calls import call_group
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.owner_calls import OffsetCommit
 
 API_KEY = 8
 
@@ -22,15 +22,12 @@ async def handle(ctx, header, request):
                 known.append((t.name, p.partition_index, p.committed_offset,
                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
     if known:
-        answer = await call_group(ctx, request.group_id, "offset_commit", request.generation_id_or_member_epoch,
-                                  request.member_id, getattr(request, "group_instance_id", None), known,
-                                  header.api_version)
-        if answer is None:
-            answer = [(t, p, ErrorCode.coordinator_not_available) for t, p, *_ in known]
-        results.update(((t, p), e) for t, p, e in answer)
-    topics = []
-    for t in request.topics:
-        topics.append(make(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+        committed = await ctx.owners.ask(OffsetCommit(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None), known, header.api_version))
+        results.update(((x.topic, x.partition), x.error) for x in committed.partitions)
+    return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        make(m.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
             make(m.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=results[(t.name, p.partition_index)]) for p in t.partitions)))
-    return make(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+                 error_code=results[(t.name, p.partition_index)]) for p in t.partitions))
+        for t in request.topics))

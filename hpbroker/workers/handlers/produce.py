@@ -7,9 +7,9 @@ import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.context import CloseConnection
+from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.partitions import AppendResult
-from hpbroker.workers.peers import PeerUnavailable
+from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
 
 API_KEY = 0
 log = logging.getLogger(__name__)
@@ -22,28 +22,15 @@ def _append_time(ms: int):
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
-_UNAVAILABLE = AppendResult(ErrorCode.not_leader_or_follower)
-
-
 async def _append_all(ctx, work, acks: int) -> list:
     """Append each partition's batches through its owner, one call per owner
     (the owner checks leadership and, for acks=all, min.insync.replicas)."""
-    results, calls, slots = [], [], []
-    for topic, partition, records in work:
-        info = ctx.topics.get(topic, partition)
-        if info is None or not 0 <= partition < info.partitions:
-            results.append(AppendResult(ErrorCode.unknown_topic_or_partition))
-        elif records is None:
-            results.append(AppendResult(ErrorCode.corrupt_message, message="no records"))
-        else:
-            slots.append(len(results))
-            results.append(None)
-            calls.append((topic, partition, records, acks))
-    answers = await ctx.call_owners("append", calls, _UNAVAILABLE)
-    for slot, (topic, partition, *_), answer in zip(slots, calls, answers):
-        if answer is _UNAVAILABLE:
-            log.warning("produce to %s-%d: its owner is unavailable (restarting?)", topic, partition)
-        results[slot] = answer
+    results = [AppendResult(ErrorCode.corrupt_message, message="no records")] * len(work)
+    sent = [i for i, (_, _, records) in enumerate(work) if records is not None]
+    answers = await ask_each(ctx, [work[i] for i in sent],
+                             lambda topic, partition, records: Append(topic, partition, records, acks))
+    for i, answer in zip(sent, answers):
+        results[i] = answer
     return results
 
 
@@ -53,15 +40,12 @@ async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
     by_owner: dict[int, list[int]] = {}
     for i, ((topic, partition, _), result) in enumerate(zip(work, results)):
         if result.error == ErrorCode.none:
-            by_owner.setdefault(ctx.owner(topic, partition), []).append(i)
+            by_owner.setdefault(ctx.owners.partition_owner(topic, partition), []).append(i)
 
     async def one(owner: int, indexes: list[int]) -> None:
         wanted = [(work[i][0], work[i][1], results[i].end_offset) for i in indexes]
-        try:
-            errors = await ctx.call_worker(owner, "partitions.wait_replicated", wanted, timeout_s)
-        except (PeerUnavailable, RuntimeError):
-            errors = [ErrorCode.request_timed_out] * len(indexes)
-        for i, error in zip(indexes, errors):
+        replicated = await ctx.owners.ask(WaitReplicated(wanted, int(timeout_s * 1000)), owner)
+        for i, error in zip(indexes, replicated.errors):
             if error != ErrorCode.none:
                 results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
 

@@ -1,0 +1,40 @@
+"""What the handlers of per-partition APIs share: ask every partition's owner,
+and answer topic by topic.
+
+``ask_each`` answers a partition of an unknown topic (or beyond its partition
+count) UNKNOWN_TOPIC_OR_PARTITION itself, and sends the others' calls to
+their owners, one round trip per owning worker; ``by_topic`` groups the
+answers back into the request's topics, in the request's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from hpbroker.errors import ErrorCode
+
+
+async def ask_each(ctx, work: list[tuple], make_call: Callable, *, unknown=ErrorCode.unknown_topic_or_partition) -> list:
+    """For each ``(topic, partition, *rest)`` of ``work``, the result of
+    ``make_call(topic, partition, *rest)`` from the partition's owner."""
+    results: list = [None] * len(work)
+    calls, slots = [], []
+    for i, (topic, partition, *rest) in enumerate(work):
+        call = make_call(topic, partition, *rest)
+        info = ctx.topics.get(topic, partition)
+        if info is None or not 0 <= partition < info.partitions:
+            results[i] = call.unanswered(unknown)
+        else:
+            calls.append(call)
+            slots.append(i)
+    for slot, result in zip(slots, await ctx.owners.ask_all(calls) if calls else ()):
+        results[slot] = result
+    return results
+
+
+def by_topic(work: Iterable[tuple], results: Iterable) -> list[tuple[str, list]]:
+    """``[(topic, [(work item, result), ...]), ...]`` in the order topics first appear."""
+    grouped: dict[str, list] = {}
+    for item, result in zip(work, results):
+        grouped.setdefault(item[0], []).append((item, result))
+    return list(grouped.items())

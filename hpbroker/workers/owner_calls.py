@@ -1,0 +1,491 @@
+"""What one worker asks another: the owner calls, their results, and their codec.
+
+Every partition and every consumer group has one owning worker (its single
+writer).  A request handler on any worker asks the owner with one of the
+messages below, in-process when it is the owner itself and over the peer
+channel otherwise (``owners.py``); either way the owner answers with the
+message's result type.  The set is closed: a peer can send only these types,
+each field typed, and the codec (msgspec's MessagePack, each struct an array
+tagged with its class name) refuses anything else when it decodes, so nothing
+a peer sends is ever executed or trusted beyond its declared shape.
+
+Direction: handler -> owner: a ``Call``; owner -> handler: its result, or
+``Failed`` (the owner could not answer: the ErrorCode a client gets, and why).
+
+Messages about a partition carry ``topic`` and ``partition``; those about a
+group carry ``group_id``: that is how a call finds its owner.  Each call's
+``unanswered(error)`` is its result when no answer comes (the owner is away,
+or failed handling it), so a handler always gets its own result type back.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Union
+
+import msgspec
+
+from hpbroker.errors import ErrorCode
+
+_STRUCT = dict(tag=True, array_like=True, frozen=True)
+
+
+# --- results ------------------------------------------------------------------------------
+class AppendResult(msgspec.Struct, **_STRUCT):
+    """Produce, one partition: where the batch went, or why it did not."""
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    end_offset: int = -1  # one past the batch's last offset: what acks=all waits for
+
+
+class LocateResult(msgspec.Struct, **_STRUCT):
+    """Fetch, one partition: where the whole batches from the fetch offset are.
+    ``identity`` is the segment file's (device, inode), so the sender reads the
+    very file these positions are in."""
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    path: str | None = None
+    position: int = 0
+    size: int = 0
+    identity: tuple[int, int] | None = None
+
+
+class ListedOffset(msgspec.Struct, **_STRUCT):
+    """ListOffsets, one partition."""
+    error: ErrorCode
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+class PartitionBoundsResult(msgspec.Struct, **_STRUCT):
+    """A partition's bounds: its log start and high watermark."""
+    error: ErrorCode
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    leader_epoch: int = -1
+
+
+class EpochEndOffset(msgspec.Struct, **_STRUCT):
+    """OffsetForLeaderEpoch, one partition."""
+    error: ErrorCode
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+class DeletedRecords(msgspec.Struct, **_STRUCT):
+    """DeleteRecords, one partition: the log start offset now."""
+    error: ErrorCode
+    low_watermark: int = -1
+
+
+class Done(msgspec.Struct, **_STRUCT):
+    """An operation whose only answer is its error (ErrorCode.none: done)."""
+    error: ErrorCode
+
+
+class Replicated(msgspec.Struct, **_STRUCT):
+    """acks=all: per waited partition, the error (none: the high watermark passed it)."""
+    errors: list[ErrorCode]
+
+
+class DataReady(msgspec.Struct, **_STRUCT):
+    """A fetch long poll: whether any waited partition has data now."""
+    ready: bool
+
+
+class Batched(msgspec.Struct, **_STRUCT):
+    """The results of a ``Batch``, in its order."""
+    results: list[PartitionResult]
+
+
+class JoinedMember(msgspec.Struct, **_STRUCT):
+    member_id: str
+    instance_id: str | None
+    metadata: bytes
+
+
+class JoinResult(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[JoinedMember] = []  # for the leader only
+    skip_assignment: bool = False
+
+
+class SyncResult(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class LeftMember(msgspec.Struct, **_STRUCT):
+    member_id: str
+    instance_id: str | None
+    error: ErrorCode
+
+
+class LeaveResult(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    members: list[LeftMember] = []
+
+
+class DescribedMember(msgspec.Struct, **_STRUCT):
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class GroupDescription(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: list[DescribedMember] = []
+
+
+class ListedGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
+class GroupListing(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    groups: list[ListedGroup] = []
+
+
+class PartitionError(msgspec.Struct, **_STRUCT):
+    """One partition's outcome in a group's offset operation."""
+    topic: str
+    partition: int
+    error: ErrorCode
+
+
+class CommittedOffsets(msgspec.Struct, **_STRUCT):
+    """OffsetCommit or OffsetDelete: the group's error and each partition's."""
+    error: ErrorCode
+    partitions: list[PartitionError] = []
+
+
+class FetchedOffset(msgspec.Struct, **_STRUCT):
+    topic: str
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = ErrorCode.none
+
+
+class FetchedOffsets(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    partitions: list[FetchedOffset] = []
+
+
+class Failed(msgspec.Struct, **_STRUCT):
+    """The owner could not answer: the error a client gets for it, and why."""
+    error: ErrorCode
+    message: str
+
+
+PartitionResult = Union[AppendResult, LocateResult, ListedOffset, PartitionBoundsResult, EpochEndOffset,
+                        DeletedRecords, Done]
+
+
+# --- calls about a partition ----------------------------------------------------------------
+class Append(msgspec.Struct, **_STRUCT):
+    """Produce to one partition (the owner checks leadership, and min.insync.replicas for acks=all)."""
+    topic: str
+    partition: int
+    records: bytes
+    acks: int = 1
+
+    def unanswered(self, error: ErrorCode) -> AppendResult:
+        return AppendResult(error)
+
+
+class Locate(msgspec.Struct, **_STRUCT):
+    """A consumer's fetch of one partition: where the batches from ``offset`` are,
+    up to the high watermark.  A read, and nothing else."""
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+
+    def unanswered(self, error: ErrorCode) -> LocateResult:
+        return LocateResult(error)
+
+
+class FollowerFetch(msgspec.Struct, **_STRUCT):
+    """A follower broker's fetch of one partition: it holds everything below
+    ``offset`` (the leader records that, for the incarnation ``replica_epoch``),
+    and is answered where the batches from there are, up to the log end."""
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int
+    replica_id: int
+    replica_epoch: int = -1
+    log_start_offset: int = -1  # the follower's own, for DeleteRecords waits
+
+    def unanswered(self, error: ErrorCode) -> LocateResult:
+        return LocateResult(error)
+
+
+class ListOffset(msgspec.Struct, **_STRUCT):
+    """ListOffsets for one partition: a special timestamp (-1 latest, -2 earliest,
+    ...) or the first offset at or after a time."""
+    topic: str
+    partition: int
+    timestamp: int
+
+    def unanswered(self, error: ErrorCode) -> ListedOffset:
+        return ListedOffset(error)
+
+
+class PartitionBounds(msgspec.Struct, **_STRUCT):
+    topic: str
+    partition: int
+
+    def unanswered(self, error: ErrorCode) -> PartitionBoundsResult:
+        return PartitionBoundsResult(error)
+
+
+class EpochEnd(msgspec.Struct, **_STRUCT):
+    """OffsetForLeaderEpoch for one partition."""
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+    def unanswered(self, error: ErrorCode) -> EpochEndOffset:
+        return EpochEndOffset(error)
+
+
+class DeleteRecords(msgspec.Struct, **_STRUCT):
+    """Move the log start up to ``offset`` (-1: the high watermark), answered once
+    every in-sync replica has moved its own (or ``timeout_ms`` passed)."""
+    topic: str
+    partition: int
+    offset: int
+    timeout_ms: int = 30000
+
+    def unanswered(self, error: ErrorCode) -> DeletedRecords:
+        return DeletedRecords(error)
+
+
+class DeletePartition(msgspec.Struct, **_STRUCT):
+    """Remove a partition of a deleted topic (standalone), open or not."""
+    topic: str
+    partition: int
+
+    def unanswered(self, error: ErrorCode) -> Done:
+        return Done(error)
+
+
+PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DeleteRecords,
+                      DeletePartition]
+
+
+class Batch(msgspec.Struct, **_STRUCT):
+    """Several partition calls for one owner, one round trip; answered ``Batched``."""
+    calls: list[PartitionCall]
+
+    def unanswered(self, error: ErrorCode) -> Batched:
+        return Batched([call.unanswered(error) for call in self.calls])
+
+
+class WaitReplicated(msgspec.Struct, **_STRUCT):
+    """acks=all: wait until each (topic, partition)'s high watermark passes its end offset."""
+    items: list[tuple[str, int, int]]
+    timeout_ms: int
+    unreachable: ClassVar[ErrorCode] = ErrorCode.request_timed_out  # appended, but nobody can say it is replicated
+
+    def unanswered(self, error: ErrorCode) -> Replicated:
+        return Replicated([error] * len(self.items))
+
+
+class WaitForData(msgspec.Struct, **_STRUCT):
+    """A fetch long poll: wait until any (topic, partition) has data beyond its
+    offset (below the high watermark, unless for a replica)."""
+    items: list[tuple[str, int, int]]
+    timeout_ms: int
+    replica: bool = False
+
+    def unanswered(self, error: ErrorCode) -> DataReady:
+        return DataReady(False)  # look again: the partitions' own errors say more
+
+
+# --- calls about a group --------------------------------------------------------------------
+class JoinGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_ms: int
+    rebalance_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool
+
+    def unanswered(self, error: ErrorCode) -> JoinResult:
+        return JoinResult(error)
+
+
+class SyncGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+    generation: int
+    member_id: str
+    instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: list[tuple[str, bytes]]
+
+    def unanswered(self, error: ErrorCode) -> SyncResult:
+        return SyncResult(error)
+
+
+class Heartbeat(msgspec.Struct, **_STRUCT):
+    group_id: str
+    generation: int
+    member_id: str
+    instance_id: str | None = None
+
+    def unanswered(self, error: ErrorCode) -> Done:
+        return Done(error)
+
+
+class LeaveGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+    members: list[tuple[str, str | None]]  # (member id, instance id)
+
+    def unanswered(self, error: ErrorCode) -> LeaveResult:
+        return LeaveResult(error, [LeftMember(member, instance, error) for member, instance in self.members])
+
+
+class DescribeGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+
+    def unanswered(self, error: ErrorCode) -> GroupDescription:
+        return GroupDescription(error)
+
+
+class DeleteGroup(msgspec.Struct, **_STRUCT):
+    group_id: str
+
+    def unanswered(self, error: ErrorCode) -> Done:
+        return Done(error)
+
+
+class OffsetCommit(msgspec.Struct, **_STRUCT):
+    group_id: str
+    generation: int
+    member_id: str
+    instance_id: str | None
+    partitions: list[tuple[str, int, int, int, str | None]]  # topic, partition, offset, leader epoch, metadata
+    api_version: int
+
+    def unanswered(self, error: ErrorCode) -> CommittedOffsets:
+        return CommittedOffsets(error, [PartitionError(topic, partition, error) for topic, partition, *_ in
+                                        self.partitions])
+
+
+class OffsetFetch(msgspec.Struct, **_STRUCT):
+    group_id: str
+    topics: list[tuple[str, list[int]]] | None  # None: every committed offset
+    require_stable: bool = False
+
+    def unanswered(self, error: ErrorCode) -> FetchedOffsets:
+        """Every partition asked about answers the group's error too."""
+        return FetchedOffsets(error, [FetchedOffset(topic, p, error=error) for topic, partitions in self.topics or ()
+                                      for p in partitions])
+
+
+class OffsetDelete(msgspec.Struct, **_STRUCT):
+    group_id: str
+    partitions: list[tuple[str, int]]
+
+    def unanswered(self, error: ErrorCode) -> CommittedOffsets:
+        return CommittedOffsets(error)
+
+
+GroupCall = Union[JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroup, DeleteGroup, OffsetCommit,
+                  OffsetFetch, OffsetDelete]
+
+
+class ListGroups(msgspec.Struct, **_STRUCT):
+    """The groups one worker coordinates (ListGroups asks every worker)."""
+    states: list[str]
+    types: list[str]
+
+    def unanswered(self, error: ErrorCode) -> GroupListing:
+        return GroupListing(error)
+
+
+Call = Union[PartitionCall, GroupCall, Batch, WaitReplicated, WaitForData, ListGroups]
+Result = Union[PartitionResult, Replicated, DataReady, Batched, JoinResult, SyncResult, LeaveResult,
+               GroupDescription, GroupListing, CommittedOffsets, FetchedOffsets, Failed]
+PARTITION_CALLS = PartitionCall.__args__
+GROUP_CALLS = GroupCall.__args__
+
+
+class OwnerError(Exception):
+    """No result came from the owner: the error a client gets for it, and why
+    (raised by an ``owners.Owner``; ``Failed`` carries it across the channel)."""
+
+    def __init__(self, error: ErrorCode, why: str):
+        super().__init__(why)
+        self.error = error
+
+
+# --- the codec: a frame is one (call id, call) or (call id, result) --------------------------
+class ChannelError(Exception):
+    """A frame that is not one of the messages above; ``call_id`` when it could still be read."""
+
+    def __init__(self, message: str, call_id: int | None = None):
+        super().__init__(message)
+        self.call_id = call_id
+
+
+_encoder = msgspec.msgpack.Encoder()
+_envelope = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
+_call = msgspec.msgpack.Decoder(Call)
+_result = msgspec.msgpack.Decoder(Result)
+
+
+def encode(call_id: int, message) -> bytes:
+    return _encoder.encode((call_id, message))
+
+
+def _decode(frame: bytes, decoder, what: str) -> tuple[int, object]:
+    try:
+        call_id, body = _envelope.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ChannelError(f"not a framed {what}: {exc}") from None
+    try:
+        return call_id, decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ChannelError(f"not an owner {what}: {exc}", call_id) from None
+
+
+def decode_call(frame: bytes) -> tuple[int, object]:
+    return _decode(frame, _call, "call")
+
+
+def decode_result(frame: bytes) -> tuple[int, object]:
+    return _decode(frame, _result, "result")
