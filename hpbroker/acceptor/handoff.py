@@ -29,7 +29,7 @@ import time
 from collections import deque
 
 from hpbroker.server import control_channel
-from hpbroker.server.logs import Throttled
+from hpbroker.server.logging_setup import Throttled
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,7 @@ from hpbroker.acceptor.handoff import HandOff
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Kind
-from hpbroker.server.logs import Throttled
+from hpbroker.server.logging_setup import Throttled
 
 log = logging.getLogger(__name__)
 

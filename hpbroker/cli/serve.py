@@ -1,4 +1,4 @@
-"""``hpbroker serve``: run the broker (standalone).
+"""``hpbroker serve``: run the broker (standalone, or a cluster member when zookeeper.connect is set).
 
 Settings come from Kafka's names: a ``server.properties`` file (``--config``),
 ``--set key=value`` overrides, and the shorthands ``--data-dir`` (``log.dirs``)
@@ -8,12 +8,12 @@ readable line and exit status 2 or 1, not a traceback.
 
 import sys
 
-from hpbroker.server import logs
+from hpbroker.server import logging_setup
 from hpbroker.storage.config import ConfigError
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("serve", help="run the broker (Kafka protocol, standalone)")
+    parser = sub.add_parser("serve", help="run the broker (standalone; a cluster member with zookeeper.connect)")
     parser.add_argument("--config", metavar="FILE", help="a Kafka-style server.properties file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting, Kafka's name (repeatable), e.g. --set num.partitions=3")
@@ -29,7 +29,7 @@ def run(args) -> int:
     from hpbroker.acceptor.supervisor import BrokerStartError, Supervisor
     from hpbroker.server.config import BrokerConfig, parse_overrides
 
-    logs.setup(args.log_level, args.log_format)
+    logging_setup.setup(args.log_level, args.log_format)
 
     def load() -> BrokerConfig:
         """The configuration from the command line's sources; SIGHUP calls it again."""

@@ -11,22 +11,15 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from hpbroker.storage.config import ConfigError, LogConfig, is_broker_log_key
+from hpbroker.storage.config import LOG_KEYS, ConfigError, LogConfig, is_broker_log_key, parse_bool
 
 
 def _usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _bool(text: str) -> bool:
-    lowered = str(text).strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {text!r}")
-    return lowered == "true"
-
-
 # key -> (parser, default); a default of None means "derived" (see BrokerConfig).
-_BROKER_KEYS = {
+BROKER_KEYS = {
     "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": (str, None),
     "log.dirs": (str, None),
@@ -34,7 +27,7 @@ _BROKER_KEYS = {
     "broker.id": (int, 0),
     "node.id": (int, None),
     "num.workers": (int, None),
-    "auto.create.topics.enable": (_bool, True),
+    "auto.create.topics.enable": (parse_bool, True),
     "num.partitions": (int, 1),
     "default.replication.factor": (int, 1),
     "socket.request.max.bytes": (int, 104857600),
@@ -42,7 +35,7 @@ _BROKER_KEYS = {
     # sendfile on fast links, so it is ours.
     "socket.send.buffer.bytes": (int, -1),
     "socket.receive.buffer.bytes": (int, -1),
-    "delete.topic.enable": (_bool, True),
+    "delete.topic.enable": (parse_bool, True),
     "log.retention.check.interval.ms": (int, 300000),
     # Accepted as Kafka spells it; the workers check flush.ms every 100 ms anyway.
     "log.flush.scheduler.interval.ms": (int, (1 << 63) - 1),
@@ -61,7 +54,7 @@ _BROKER_KEYS = {
     "zookeeper.session.timeout.ms": (int, 18000),
     "zookeeper.connection.timeout.ms": (int, None),  # None: the session timeout, as in Kafka
     # Cluster mode (all ignored standalone).
-    "broker.id.generation.enable": (_bool, True),
+    "broker.id.generation.enable": (parse_bool, True),
     "reserved.broker.max.id": (int, 1000),
     "broker.rack": (str, None),
     "inter.broker.listener.name": (str, None),
@@ -73,10 +66,10 @@ _BROKER_KEYS = {
     "replica.fetch.backoff.ms": (int, 1000),
     "replica.high.watermark.checkpoint.interval.ms": (int, 5000),
     "num.replica.fetchers": (int, 1),
-    "auto.leader.rebalance.enable": (_bool, True),
+    "auto.leader.rebalance.enable": (parse_bool, True),
     "leader.imbalance.check.interval.seconds": (int, 300),
     "leader.imbalance.per.broker.percentage": (int, 10),
-    "controlled.shutdown.enable": (_bool, True),
+    "controlled.shutdown.enable": (parse_bool, True),
     "controlled.shutdown.max.retries": (int, 3),
     "controlled.shutdown.retry.backoff.ms": (int, 5000),
     "worker.heartbeat.interval.ms": (int, 1000),
@@ -84,6 +77,13 @@ _BROKER_KEYS = {
     "shutdown.timeout.ms": (int, 30000),
     "metrics.listen": (str, ""),
 }
+
+
+def known_keys() -> list[str]:
+    """Every key a broker's configuration may name: its own, and the log settings
+    at broker level and at topic level (one registry: ``BROKER_KEYS`` here and
+    storage's ``LOG_KEYS``, which only the log settings' module may hold)."""
+    return [*BROKER_KEYS, *(k.broker_key for k in LOG_KEYS), *(k.topic_key for k in LOG_KEYS if k.topic_key)]
 
 
 def read_properties_file(path: str) -> dict[str, str]:
@@ -158,15 +158,15 @@ class BrokerConfig:
         props.update(overrides or {})
         values = {}
         for key, text in props.items():
-            if key in _BROKER_KEYS:
-                parse = _BROKER_KEYS[key][0]
+            if key in BROKER_KEYS:
+                parse = BROKER_KEYS[key][0]
                 try:
                     values[key] = parse(text) if parse is not int else int(str(text).strip())
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from None
             elif not is_broker_log_key(key):
                 raise ConfigError(f"unknown config key {key!r}")
-        for key, (_, default) in _BROKER_KEYS.items():
+        for key, (_, default) in BROKER_KEYS.items():
             values.setdefault(key, default)
         return cls(props=props, values=values, log=LogConfig.from_broker_properties(props))
 

@@ -4,7 +4,7 @@ Kafka names each setting twice: a topic-level key (``segment.bytes``) and the
 broker-wide default it falls back to (``log.segment.bytes``).  ``LogConfig``
 holds the topic-level values; ``from_broker_properties`` reads the broker keys
 and ``with_overrides`` applies a topic's own keys on top.  A few settings a log
-needs exist only broker-wide (``producer.id.expiration.ms``): their ``_Key``
+needs exist only broker-wide (``producer.id.expiration.ms``): their ``LogKey``
 has no topic key, so no topic can override them and DescribeConfigs does not
 list them among a topic's settings.  The compression settings have one name
 at both levels (``compression.type``), as in Kafka.
@@ -23,7 +23,8 @@ class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid."""
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
+    """Kafka's booleans: ``true`` or ``false``, any case (the one parser for every key)."""
     lowered = str(text).strip().lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -72,7 +73,7 @@ def _ratio(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class _Key:
+class LogKey:
     field: str
     topic_key: str | None  # None: broker-wide only
     broker_key: str
@@ -81,42 +82,42 @@ class _Key:
     maximum: int | None = None
 
 
-_KEYS = (
-    _Key("segment_bytes", "segment.bytes", "log.segment.bytes", int, 14),
-    _Key("segment_ms", "segment.ms", "log.roll.ms", int, 1),
-    _Key("segment_jitter_ms", "segment.jitter.ms", "log.roll.jitter.ms", int, 0),
-    _Key("segment_index_bytes", "segment.index.bytes", "log.index.size.max.bytes", int, 4),
-    _Key("index_interval_bytes", "index.interval.bytes", "log.index.interval.bytes", int, 0),
-    _Key("flush_messages", "flush.messages", "log.flush.interval.messages", int, 1),
-    _Key("flush_ms", "flush.ms", "log.flush.interval.ms", int, 0),
-    _Key("retention_ms", "retention.ms", "log.retention.ms", int, -1),
-    _Key("retention_bytes", "retention.bytes", "log.retention.bytes", int, -1),
-    _Key("file_delete_delay_ms", "file.delete.delay.ms", "log.segment.delete.delay.ms", int, 0),
-    _Key("max_message_bytes", "max.message.bytes", "message.max.bytes", int, 0),
-    _Key("message_timestamp_type", "message.timestamp.type", "log.message.timestamp.type", _timestamp_type),
-    _Key("cleanup_policy", "cleanup.policy", "log.cleanup.policy", _cleanup_policy),
-    _Key("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
-    _Key("preallocate", "preallocate", "log.preallocate", _parse_bool),
-    _Key("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", _ratio),
-    _Key("compression_type", "compression.type", "compression.type", _compression_type),
-    _Key("compression_gzip_level", "compression.gzip.level", "compression.gzip.level", _gzip_level),
-    _Key("compression_lz4_level", "compression.lz4.level", "compression.lz4.level", int, 1, 17),
-    _Key("compression_zstd_level", "compression.zstd.level", "compression.zstd.level", int, -131072, 22),
-    _Key("message_format_version", "message.format.version", "log.message.format.version", format_version.parse),
-    _Key("min_compaction_lag_ms", "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
-    _Key("max_compaction_lag_ms", "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, 1),
+LOG_KEYS = (
+    LogKey("segment_bytes", "segment.bytes", "log.segment.bytes", int, 14),
+    LogKey("segment_ms", "segment.ms", "log.roll.ms", int, 1),
+    LogKey("segment_jitter_ms", "segment.jitter.ms", "log.roll.jitter.ms", int, 0),
+    LogKey("segment_index_bytes", "segment.index.bytes", "log.index.size.max.bytes", int, 4),
+    LogKey("index_interval_bytes", "index.interval.bytes", "log.index.interval.bytes", int, 0),
+    LogKey("flush_messages", "flush.messages", "log.flush.interval.messages", int, 1),
+    LogKey("flush_ms", "flush.ms", "log.flush.interval.ms", int, 0),
+    LogKey("retention_ms", "retention.ms", "log.retention.ms", int, -1),
+    LogKey("retention_bytes", "retention.bytes", "log.retention.bytes", int, -1),
+    LogKey("file_delete_delay_ms", "file.delete.delay.ms", "log.segment.delete.delay.ms", int, 0),
+    LogKey("max_message_bytes", "max.message.bytes", "message.max.bytes", int, 0),
+    LogKey("message_timestamp_type", "message.timestamp.type", "log.message.timestamp.type", _timestamp_type),
+    LogKey("cleanup_policy", "cleanup.policy", "log.cleanup.policy", _cleanup_policy),
+    LogKey("delete_retention_ms", "delete.retention.ms", "log.cleaner.delete.retention.ms", int, 0),
+    LogKey("preallocate", "preallocate", "log.preallocate", parse_bool),
+    LogKey("min_cleanable_dirty_ratio", "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", _ratio),
+    LogKey("compression_type", "compression.type", "compression.type", _compression_type),
+    LogKey("compression_gzip_level", "compression.gzip.level", "compression.gzip.level", _gzip_level),
+    LogKey("compression_lz4_level", "compression.lz4.level", "compression.lz4.level", int, 1, 17),
+    LogKey("compression_zstd_level", "compression.zstd.level", "compression.zstd.level", int, -131072, 22),
+    LogKey("message_format_version", "message.format.version", "log.message.format.version", format_version.parse),
+    LogKey("min_compaction_lag_ms", "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", int, 0),
+    LogKey("max_compaction_lag_ms", "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", int, 1),
     # Replication (cluster mode): acks=all needs this many in-sync replicas; a
     # replica outside the ISR may lead only when unclean election is allowed.
-    _Key("min_insync_replicas", "min.insync.replicas", "min.insync.replicas", int, 1),
-    _Key("unclean_leader_election", "unclean.leader.election.enable", "unclean.leader.election.enable", _parse_bool),
+    LogKey("min_insync_replicas", "min.insync.replicas", "min.insync.replicas", int, 1),
+    LogKey("unclean_leader_election", "unclean.leader.election.enable", "unclean.leader.election.enable", parse_bool),
     # The offset map's memory per cleaning pass (Kafka splits it over its cleaner threads).
-    _Key("cleaner_dedupe_buffer_size", None, "log.cleaner.dedupe.buffer.size", int, 1024 * 1024),
-    _Key("cleaner_backoff_ms", None, "log.cleaner.backoff.ms", int, 0),
-    _Key("producer_id_expiration_ms", None, "producer.id.expiration.ms", int, 1),
-    _Key("producer_id_expiration_check_interval_ms", None, "producer.id.expiration.check.interval.ms", int, 1),
+    LogKey("cleaner_dedupe_buffer_size", None, "log.cleaner.dedupe.buffer.size", int, 1024 * 1024),
+    LogKey("cleaner_backoff_ms", None, "log.cleaner.backoff.ms", int, 0),
+    LogKey("producer_id_expiration_ms", None, "producer.id.expiration.ms", int, 1),
+    LogKey("producer_id_expiration_check_interval_ms", None, "producer.id.expiration.check.interval.ms", int, 1),
 )
-_BY_TOPIC_KEY = {k.topic_key: k for k in _KEYS if k.topic_key is not None}
-_BY_BROKER_KEY = {k.broker_key: k for k in _KEYS}
+_BY_TOPIC_KEY = {k.topic_key: k for k in LOG_KEYS if k.topic_key is not None}
+_BY_BROKER_KEY = {k.broker_key: k for k in LOG_KEYS}
 # Coarser broker spellings, used only when the finer one is absent (as in Kafka).
 _BROKER_ALIASES = {
     "log.roll.hours": ("log.roll.ms", 60 * 60 * 1000),
@@ -185,7 +186,7 @@ class LogConfig:
 
     def topic_properties(self) -> dict[str, str]:
         """Every setting under its topic-level name, as DescribeConfigs shows them."""
-        return {k.topic_key: _render(getattr(self, k.field)) for k in _KEYS if k.topic_key is not None}
+        return {k.topic_key: _render(getattr(self, k.field)) for k in LOG_KEYS if k.topic_key is not None}
 
     @property
     def compact(self) -> bool:
@@ -221,7 +222,7 @@ def broker_key_of(topic_key: str) -> str | None:
 
 def broker_log_properties(config: "LogConfig") -> dict[str, str]:
     """Every log setting under its broker-level name, for DescribeConfigs on a broker."""
-    return {k.broker_key: _render(getattr(config, k.field)) for k in _KEYS}
+    return {k.broker_key: _render(getattr(config, k.field)) for k in LOG_KEYS}
 
 
 def is_broker_log_key(name: str) -> bool:
@@ -236,7 +237,7 @@ def _parse(name, text, parse):
         raise ConfigError(f"invalid value {text!r} for {name}: {exc}") from None
 
 
-def _convert(key: _Key, name: str, text):
+def _convert(key: LogKey, name: str, text):
     value = _parse(name, text, key.parse)
     if key.minimum is not None and value < key.minimum:
         raise ConfigError(f"invalid value {value} for {name}: must be at least {key.minimum}")

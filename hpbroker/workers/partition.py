@@ -32,7 +32,7 @@ from hpbroker.cluster import znodes
 from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
 from hpbroker.replication.isr import LeaderState
-from hpbroker.server.logs import Throttled
+from hpbroker.server.logging_setup import Throttled
 from hpbroker.storage import OffsetOutOfRangeError, StorageError
 from hpbroker.workers import observe
 from hpbroker.workers.owner_calls import (AppendResult, DeletedRecords, EpochEndOffset, ListedOffset, LocateResult,

@@ -18,7 +18,7 @@ import socket
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
-from hpbroker.server.logs import Throttled
+from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe

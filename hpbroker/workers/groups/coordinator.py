@@ -22,7 +22,7 @@ import logging
 from hpbroker.errors import ErrorCode
 from hpbroker.clock import now_ms
 from hpbroker.records import Record, encode_batch, iter_batches
-from hpbroker.server.logs import Throttled
+from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
 from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R

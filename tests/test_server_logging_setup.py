@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from hpbroker.server import logs
+from hpbroker.server import logging_setup
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def _emit(capsys, monkeypatch, fmt, journal=False, **extra):
         monkeypatch.setenv("JOURNAL_STREAM", "8:1234")
     else:
         monkeypatch.delenv("JOURNAL_STREAM", raising=False)
-    logs.setup("INFO", fmt)
+    logging_setup.setup("INFO", fmt)
     logging.getLogger("hpbroker.test").error("request failed", extra=extra)
     return capsys.readouterr().err.strip()
 
