@@ -204,19 +204,27 @@ PartitionResult = Union[AppendResult, LocateResult, ListedOffset, PartitionBound
                         DeletedRecords, Done]
 
 
+# --- calls ------------------------------------------------------------------------------------
+class _Call(msgspec.Struct, **_STRUCT):
+    """A call, answered by its ``result`` type; ``unanswered(error)`` is that
+    result carrying only the error, for when no answer came."""
+    result: ClassVar[type]
+
+    def unanswered(self, error: ErrorCode):
+        return self.result(error)
+
+
 # --- calls about a partition ----------------------------------------------------------------
-class Append(msgspec.Struct, **_STRUCT):
+class Append(_Call):
     """Produce to one partition (the owner checks leadership, and min.insync.replicas for acks=all)."""
     topic: str
     partition: int
     records: bytes
     acks: int = 1
-
-    def unanswered(self, error: ErrorCode) -> AppendResult:
-        return AppendResult(error)
+    result: ClassVar = AppendResult
 
 
-class Locate(msgspec.Struct, **_STRUCT):
+class Locate(_Call):
     """A consumer's fetch of one partition: where the batches from ``offset`` are,
     up to the high watermark.  A read, and nothing else."""
     topic: str
@@ -224,12 +232,10 @@ class Locate(msgspec.Struct, **_STRUCT):
     offset: int
     max_bytes: int
     current_leader_epoch: int = -1
-
-    def unanswered(self, error: ErrorCode) -> LocateResult:
-        return LocateResult(error)
+    result: ClassVar = LocateResult
 
 
-class FollowerFetch(msgspec.Struct, **_STRUCT):
+class FollowerFetch(_Call):
     """A follower broker's fetch of one partition: it holds everything below
     ``offset`` (the leader records that, for the incarnation ``replica_epoch``),
     and is answered where the batches from there are, up to the log end."""
@@ -241,67 +247,55 @@ class FollowerFetch(msgspec.Struct, **_STRUCT):
     replica_id: int
     replica_epoch: int = -1
     log_start_offset: int = -1  # the follower's own, for DeleteRecords waits
-
-    def unanswered(self, error: ErrorCode) -> LocateResult:
-        return LocateResult(error)
+    result: ClassVar = LocateResult
 
 
-class ListOffset(msgspec.Struct, **_STRUCT):
+class ListOffset(_Call):
     """ListOffsets for one partition: a special timestamp (-1 latest, -2 earliest,
     ...) or the first offset at or after a time."""
     topic: str
     partition: int
     timestamp: int
-
-    def unanswered(self, error: ErrorCode) -> ListedOffset:
-        return ListedOffset(error)
+    result: ClassVar = ListedOffset
 
 
-class PartitionBounds(msgspec.Struct, **_STRUCT):
+class PartitionBounds(_Call):
     topic: str
     partition: int
-
-    def unanswered(self, error: ErrorCode) -> PartitionBoundsResult:
-        return PartitionBoundsResult(error)
+    result: ClassVar = PartitionBoundsResult
 
 
-class EpochEnd(msgspec.Struct, **_STRUCT):
+class EpochEnd(_Call):
     """OffsetForLeaderEpoch for one partition."""
     topic: str
     partition: int
     leader_epoch: int
     current_leader_epoch: int = -1
-
-    def unanswered(self, error: ErrorCode) -> EpochEndOffset:
-        return EpochEndOffset(error)
+    result: ClassVar = EpochEndOffset
 
 
-class DeleteRecords(msgspec.Struct, **_STRUCT):
+class DeleteRecords(_Call):
     """Move the log start up to ``offset`` (-1: the high watermark), answered once
     every in-sync replica has moved its own (or ``timeout_ms`` passed)."""
     topic: str
     partition: int
     offset: int
     timeout_ms: int = 30000
-
-    def unanswered(self, error: ErrorCode) -> DeletedRecords:
-        return DeletedRecords(error)
+    result: ClassVar = DeletedRecords
 
 
-class DeletePartition(msgspec.Struct, **_STRUCT):
+class DeletePartition(_Call):
     """Remove a partition of a deleted topic (standalone), open or not."""
     topic: str
     partition: int
-
-    def unanswered(self, error: ErrorCode) -> Done:
-        return Done(error)
+    result: ClassVar = Done
 
 
 PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DeleteRecords,
                       DeletePartition]
 
 
-class Batch(msgspec.Struct, **_STRUCT):
+class Batch(_Call):
     """Several partition calls for one owner, one round trip; answered ``Batched``."""
     calls: list[PartitionCall]
 
@@ -309,17 +303,16 @@ class Batch(msgspec.Struct, **_STRUCT):
         return Batched([call.unanswered(error) for call in self.calls])
 
 
-class WaitReplicated(msgspec.Struct, **_STRUCT):
+class WaitReplicated(_Call):
     """acks=all: wait until each (topic, partition)'s high watermark passes its end offset."""
     items: list[tuple[str, int, int]]
     timeout_ms: int
-    unreachable: ClassVar[ErrorCode] = ErrorCode.request_timed_out  # appended, but nobody can say it is replicated
 
     def unanswered(self, error: ErrorCode) -> Replicated:
         return Replicated([error] * len(self.items))
 
 
-class WaitForData(msgspec.Struct, **_STRUCT):
+class WaitForData(_Call):
     """A fetch long poll: wait until any (topic, partition) has data beyond its
     offset (below the high watermark, unless for a replica)."""
     items: list[tuple[str, int, int]]
@@ -331,7 +324,7 @@ class WaitForData(msgspec.Struct, **_STRUCT):
 
 
 # --- calls about a group --------------------------------------------------------------------
-class JoinGroup(msgspec.Struct, **_STRUCT):
+class JoinGroup(_Call):
     group_id: str
     member_id: str
     instance_id: str | None
@@ -342,12 +335,10 @@ class JoinGroup(msgspec.Struct, **_STRUCT):
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     require_known_member_id: bool
-
-    def unanswered(self, error: ErrorCode) -> JoinResult:
-        return JoinResult(error)
+    result: ClassVar = JoinResult
 
 
-class SyncGroup(msgspec.Struct, **_STRUCT):
+class SyncGroup(_Call):
     group_id: str
     generation: int
     member_id: str
@@ -355,22 +346,18 @@ class SyncGroup(msgspec.Struct, **_STRUCT):
     protocol_type: str | None
     protocol_name: str | None
     assignments: list[tuple[str, bytes]]
-
-    def unanswered(self, error: ErrorCode) -> SyncResult:
-        return SyncResult(error)
+    result: ClassVar = SyncResult
 
 
-class Heartbeat(msgspec.Struct, **_STRUCT):
+class Heartbeat(_Call):
     group_id: str
     generation: int
     member_id: str
     instance_id: str | None = None
-
-    def unanswered(self, error: ErrorCode) -> Done:
-        return Done(error)
+    result: ClassVar = Done
 
 
-class LeaveGroup(msgspec.Struct, **_STRUCT):
+class LeaveGroup(_Call):
     group_id: str
     members: list[tuple[str, str | None]]  # (member id, instance id)
 
@@ -378,21 +365,17 @@ class LeaveGroup(msgspec.Struct, **_STRUCT):
         return LeaveResult(error, [LeftMember(member, instance, error) for member, instance in self.members])
 
 
-class DescribeGroup(msgspec.Struct, **_STRUCT):
+class DescribeGroup(_Call):
     group_id: str
-
-    def unanswered(self, error: ErrorCode) -> GroupDescription:
-        return GroupDescription(error)
+    result: ClassVar = GroupDescription
 
 
-class DeleteGroup(msgspec.Struct, **_STRUCT):
+class DeleteGroup(_Call):
     group_id: str
-
-    def unanswered(self, error: ErrorCode) -> Done:
-        return Done(error)
+    result: ClassVar = Done
 
 
-class OffsetCommit(msgspec.Struct, **_STRUCT):
+class OffsetCommit(_Call):
     group_id: str
     generation: int
     member_id: str
@@ -405,7 +388,7 @@ class OffsetCommit(msgspec.Struct, **_STRUCT):
                                         self.partitions])
 
 
-class OffsetFetch(msgspec.Struct, **_STRUCT):
+class OffsetFetch(_Call):
     group_id: str
     topics: list[tuple[str, list[int]]] | None  # None: every committed offset
     require_stable: bool = False
@@ -416,25 +399,21 @@ class OffsetFetch(msgspec.Struct, **_STRUCT):
                                       for p in partitions])
 
 
-class OffsetDelete(msgspec.Struct, **_STRUCT):
+class OffsetDelete(_Call):
     group_id: str
     partitions: list[tuple[str, int]]
-
-    def unanswered(self, error: ErrorCode) -> CommittedOffsets:
-        return CommittedOffsets(error)
+    result: ClassVar = CommittedOffsets
 
 
 GroupCall = Union[JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroup, DeleteGroup, OffsetCommit,
                   OffsetFetch, OffsetDelete]
 
 
-class ListGroups(msgspec.Struct, **_STRUCT):
+class ListGroups(_Call):
     """The groups one worker coordinates (ListGroups asks every worker)."""
     states: list[str]
     types: list[str]
-
-    def unanswered(self, error: ErrorCode) -> GroupListing:
-        return GroupListing(error)
+    result: ClassVar = GroupListing
 
 
 Call = Union[PartitionCall, GroupCall, Batch, WaitReplicated, WaitForData, ListGroups]

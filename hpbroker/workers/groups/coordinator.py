@@ -184,6 +184,14 @@ class GroupCoordinator:
             self._loaded.add(p)
         return ErrorCode.none
 
+    def _group(self, group_id: str, missing: ErrorCode) -> tuple[ErrorCode, Group | None]:
+        """``_check``'s error, or ``missing`` when the group is not known here; the group."""
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == ErrorCode.none and group is None:
+            error = missing
+        return error, group
+
     def leadership_changed(self, p: int, leading: bool) -> None:
         """This broker started or stopped leading offsets partition ``p``: its
         groups as cached here are stale either way.  They are dropped (members
@@ -270,27 +278,18 @@ class GroupCoordinator:
                                 call.rebalance_ms, call.protocol_type, call.protocols, call.require_known_member_id)
 
     async def sync_group(self, call: SyncGroup) -> SyncResult:
-        error = self._check(call.group_id)
-        group = self.groups.get(call.group_id)
-        if error == ErrorCode.none and group is None:
-            error = ErrorCode.unknown_member_id
+        error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
         if error != ErrorCode.none:
             return SyncResult(error)
         return await group.sync(call.member_id, call.instance_id, call.generation, call.protocol_type,
                                 call.protocol_name, call.assignments)
 
     def heartbeat(self, call: Heartbeat) -> Done:
-        error = self._check(call.group_id)
-        group = self.groups.get(call.group_id)
-        if error == ErrorCode.none and group is None:
-            error = ErrorCode.unknown_member_id
+        error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
         return Done(error if error != ErrorCode.none else group.heartbeat(call.member_id, call.instance_id, call.generation))
 
     def leave_group(self, call: LeaveGroup) -> LeaveResult:
-        error = self._check(call.group_id)
-        group = self.groups.get(call.group_id)
-        if error == ErrorCode.none and group is None:
-            error = ErrorCode.unknown_member_id
+        error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
         if error != ErrorCode.none:
             return call.unanswered(error)
         return LeaveResult(ErrorCode.none, [LeftMember(m, i, group.leave(m, i)) for m, i in call.members])
@@ -298,10 +297,7 @@ class GroupCoordinator:
     # --- administration ---------------------------------------------------------------------
     def describe_group(self, call: DescribeGroup) -> GroupDescription:
         """GROUP_ID_NOT_FOUND when unknown."""
-        error = self._check(call.group_id)
-        group = self.groups.get(call.group_id)
-        if error == ErrorCode.none and group is None:
-            error = ErrorCode.group_id_not_found
+        error, group = self._group(call.group_id, ErrorCode.group_id_not_found)
         if error != ErrorCode.none:
             return GroupDescription(error, DEAD.value)
         return group.describe()
