@@ -15,6 +15,7 @@ import os
 
 from hpbroker.errors import ErrorCode
 from hpbroker.storage import filenames
+from hpbroker.workers.handlers.per_partition import wanted_by_topic
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 35
@@ -61,11 +62,7 @@ def _describe_all(log_dirs: list[str], wanted) -> list:
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    wanted = None
-    if request.topics is not None:
-        wanted = {}
-        for topic in request.topics:
-            wanted.setdefault(topic.topic, set()).update(int(p) for p in topic.partitions)
+    wanted = wanted_by_topic(request.topics, lambda t: t.topic, lambda t: t.partitions)
     described = await asyncio.to_thread(_describe_all, list(ctx.topics.log_dirs), wanted)
     results = []
     for error, path, topics, total, usable in described:

@@ -7,6 +7,7 @@ broker never has one."""
 
 from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
+from hpbroker.workers.handlers.per_partition import wanted_by_topic
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 46
@@ -14,11 +15,7 @@ API_KEY = 46
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    wanted = None
-    if request.topics is not None:
-        wanted = {}
-        for topic in request.topics:
-            wanted.setdefault(topic.name, set()).update(topic.partition_indexes)
+    wanted = wanted_by_topic(request.topics, lambda t: t.name, lambda t: t.partition_indexes)
     found = []
     if not ctx.cluster.standalone:
         try:

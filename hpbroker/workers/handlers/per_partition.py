@@ -38,3 +38,13 @@ def by_topic(work: Iterable[tuple], results: Iterable) -> list[tuple[str, list]]
     for item, result in zip(work, results):
         grouped.setdefault(item[0], []).append((item, result))
     return list(grouped.items())
+
+
+def wanted_by_topic(topics, name: Callable, partitions: Callable) -> dict[str, set[int]] | None:
+    """A request's ``topics`` as topic -> partitions asked for; None (all) when it names none."""
+    if topics is None:
+        return None
+    wanted: dict[str, set[int]] = {}
+    for topic in topics:
+        wanted.setdefault(name(topic), set()).update(int(p) for p in partitions(topic))
+    return wanted
