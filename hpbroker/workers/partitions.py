@@ -47,6 +47,10 @@ class Partitions:
         self.replicas = replicas
         self._standalone: dict[tuple[str, int], Partition] = {}
         self._configs_generation = topics.generation
+        self._handlers = {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
+                          ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
+                          DeleteRecords: self.delete_records, DeletePartition: self.delete_partition,
+                          Batch: self.batch, WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
 
     # --- the registry -------------------------------------------------------------------
     def resolve(self, topic: str, partition: int) -> Partition | ErrorCode:
@@ -111,10 +115,7 @@ class Partitions:
     # --- the calls ---------------------------------------------------------------------------
     def handlers(self) -> dict:
         """Call type -> the method answering it (``owners.py`` dispatches on it)."""
-        return {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
-                ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
-                DeleteRecords: self.delete_records, DeletePartition: self.delete_partition, Batch: self.batch,
-                WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
+        return dict(self._handlers)
 
     async def settled(self) -> None:
         """Return once this worker's leaderships are not in doubt (or it waited long enough)."""
@@ -124,10 +125,9 @@ class Partitions:
     async def batch(self, call: Batch) -> Batched:
         """Several partitions' calls in one round trip."""
         await self.settled()
-        handlers = self.handlers()
         results = []
         for one in call.calls:
-            result = handlers[type(one)](one)
+            result = self._handlers[type(one)](one)
             results.append(await result if hasattr(result, "__await__") else result)
         return Batched(results)
 
@@ -155,8 +155,8 @@ class Partitions:
         found = self._leading(call.topic, call.partition, call.current_leader_epoch)
         if isinstance(found, ErrorCode):
             return call.unanswered(found)
-        if found.follower_fetched(call.replica_id, call.replica_epoch, call.offset, call.log_start_offset, now_ms()):
-            self.replicas.follower_progressed(found)
+        if self.replicas is not None and self.replicas.follower_fetched(found, call.replica_id, call.replica_epoch,
+                                                                        call.offset, call.log_start_offset):
             self.changed(found)
         return found.locate(call.offset, call.max_bytes, to_log_end=True)
 

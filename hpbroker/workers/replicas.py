@@ -177,8 +177,17 @@ class ReplicaManager:
         registration = self.image.brokers.get(self.broker_id)
         return registration.epoch if registration is not None else -1
 
-    def follower_progressed(self, partition: Partition) -> None:
-        """A follower's fetch was recorded: it may join the ISR, and the high watermark may move."""
+    def follower_fetched(self, partition: Partition, replica: int, replica_epoch: int, offset: int,
+                         log_start: int) -> bool:
+        """Record a follower's fetch (it holds everything below ``offset``): it may
+        join the ISR, and the high watermark may move.  False when the partition
+        is not led here (the fetch is then answered with the error)."""
+        if not partition.follower_fetched(replica, replica_epoch, offset, log_start, self.clock.now_ms()):
+            return False
+        self._follower_progressed(partition)
+        return True
+
+    def _follower_progressed(self, partition: Partition) -> None:
         wanted = self.wanted_isr(partition)
         if wanted is not None and len(wanted) > len(partition.leadership.state.isr):
             self._propose(partition, wanted)
