@@ -25,7 +25,7 @@ from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.storage import checkpoints
 from hpbroker.storage.config import LogConfig
-from hpbroker.workers.topics import (TopicError, TopicInfo, checked_overrides, collision, effective_config,
+from hpbroker.workers.topics import (TopicError, check_assignments, TopicInfo, checked_overrides, collision, effective_config,
                                      validate_name)
 
 log = logging.getLogger(__name__)
@@ -167,36 +167,45 @@ class ClusterTopics:
             return max(1, min(wanted, live))
         return self.default_replication_factor if factor == -1 else factor
 
-    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
+                             assignments: list[list[int]] | None = None) -> TopicInfo:
         """Checked against the image, then written over the assignment ZooKeeper
-        holds (a reassignment under way, say, is kept)."""
+        holds (a reassignment under way, say, is kept).  ``assignments``: the new
+        partitions' replicas as the request gives them, else spread over the live
+        brokers."""
         assignment = self.image.topics.get(name)
         if assignment is None or name in self.image.topics_being_deleted:
             raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
-        self._grown(assignment, count)
+        self._grown(assignment, count, assignments)
         info = TopicInfo(name, self._topics[name].topic_id, count, self._topics[name].configs)
         if validate_only:
             return info
         try:
-            await self.admin.update_topic(name, lambda current: self._grown(current, count))
+            await self.admin.update_topic(name, lambda current: self._grown(current, count, assignments))
         except AdminError as exc:
             if exc.reason == "missing":
                 raise TopicError(ErrorCode.unknown_topic_or_partition, str(exc)) from None
             raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
         return info
 
-    def _grown(self, assignment: znodes.TopicAssignment, count: int) -> znodes.TopicAssignment:
-        """``assignment`` with partitions added up to ``count``, over the live brokers."""
+    def _grown(self, assignment: znodes.TopicAssignment, count: int,
+               assignments: list[list[int]] | None = None) -> znodes.TopicAssignment:
+        """``assignment`` with partitions added up to ``count``, as ``assignments``
+        says or over the live brokers."""
         name, current = assignment.topic, len(assignment.partitions)
         if count <= current:
             raise TopicError(ErrorCode.invalid_partitions,
                              f"topic {name!r} has {current} partitions; the new count must be larger, got {count}")
         brokers = {b.broker_id: b.rack for b in self.image.brokers.values()}
         factor = len(znodes.target_replicas(assignment, 0)) if 0 in assignment.partitions else 1
-        try:
-            added = assign_replicas(brokers, count - current, factor, first_partition=current)
-        except AssignmentError as exc:
-            raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
+        if assignments is not None:
+            check_assignments(assignments, count - current, factor, set(brokers))
+            added = {current + i: list(replicas) for i, replicas in enumerate(assignments)}
+        else:
+            try:
+                added = assign_replicas(brokers, count - current, factor, first_partition=current)
+            except AssignmentError as exc:
+                raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
         return znodes.TopicAssignment(name, {**assignment.partitions, **added}, assignment.topic_id,
                                       assignment.adding_replicas, assignment.removing_replicas)
 

@@ -256,6 +256,7 @@ class ListOffset(_Call):
     topic: str
     partition: int
     timestamp: int
+    current_leader_epoch: int = -1
     result: ClassVar = ListedOffset
 
 

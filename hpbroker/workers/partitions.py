@@ -161,7 +161,7 @@ class Partitions:
         return found.locate(call.offset, call.max_bytes, to_log_end=True)
 
     def list_offset(self, call: ListOffset):
-        found = self._leading(call.topic, call.partition)
+        found = self._leading(call.topic, call.partition, call.current_leader_epoch)
         return call.unanswered(found) if isinstance(found, ErrorCode) else found.list_offset(call.timestamp)
 
     def bounds(self, call: PartitionBounds):

@@ -71,7 +71,7 @@ class Worker:
         if cfg["zookeeper.connect"]:
             self._join_cluster()
         else:
-            self.topics = TopicRegistry(cfg.log_dirs, cfg.log)
+            self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,

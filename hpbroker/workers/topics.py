@@ -83,8 +83,9 @@ def validate_name(name: str) -> None:
 
 
 class TopicRegistry:
-    def __init__(self, log_dirs: list[str], log_config: LogConfig):
+    def __init__(self, log_dirs: list[str], log_config: LogConfig, broker_id: int = 0):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.broker_id = broker_id  # the one broker every replica assignment may name
         self.log_config = log_config
         self._effective: dict[str, tuple] = {}  # name -> (defaults, overrides, their LogConfig)
         self._topics: dict[str, TopicInfo] = {}
@@ -297,7 +298,10 @@ class TopicRegistry:
         # As read back from the directories (the lock's last rescan).
         return [self._topics.get(r.name, r) if isinstance(r, TopicInfo) else r for r in results]
 
-    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False) -> TopicInfo:
+    async def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
+                             assignments: list[list[int]] | None = None) -> TopicInfo:
+        """More partitions; ``assignments``, when given, may name only this broker:
+        a single broker holds one replica of each."""
         with self._locked():
             info = self._topics.get(name)
             if info is None:
@@ -305,6 +309,8 @@ class TopicRegistry:
             if count <= info.partitions:
                 raise TopicError(ErrorCode.invalid_partitions,
                                  f"topic {name!r} has {info.partitions} partitions; the new count must be larger, got {count}")
+            if assignments is not None:
+                check_assignments(assignments, count - info.partitions, 1, {self.broker_id})
             if not validate_only:
                 self._make_partition_dirs(info, range(info.partitions, count))
         return self._topics[name]
@@ -358,6 +364,22 @@ def _read_topic_id(partition_dir: str) -> uuid.UUID | None:
         return checkpoints.read_partition_metadata(path)
     except (OSError, ValueError):
         return None
+
+
+def check_assignments(assignments: list[list[int]], wanted: int, factor: int, brokers: set[int]) -> None:
+    """CreatePartitions' own replica lists, as Kafka checks them: one per new
+    partition, each of ``factor`` distinct registered brokers; else
+    INVALID_REPLICA_ASSIGNMENT."""
+    if len(assignments) != wanted:
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         f"{len(assignments)} replica lists for {wanted} new partitions")
+    for replicas in assignments:
+        if len(replicas) != factor or len(set(replicas)) != len(replicas):
+            raise TopicError(ErrorCode.invalid_replica_assignment,
+                             f"replicas {replicas}: expected {factor} distinct brokers, the topic's replication factor")
+        unknown = sorted(set(replicas) - brokers)
+        if unknown:
+            raise TopicError(ErrorCode.invalid_replica_assignment, f"unknown broker(s) {unknown} in {replicas}")
 
 
 def collision(name: str, topics) -> str | None:

@@ -159,9 +159,12 @@ class GroupCoordinator:
         elif isinstance(k, R.GroupKey):
             metadata[k.group] = None if value is None else R.decode_group_value(value)
 
-    def _check(self, group_id) -> int:
-        """0 when this worker coordinates ``group_id`` and has it loaded."""
-        if not group_id:
+    def _check(self, group_id, allow_empty: bool = False) -> ErrorCode:
+        """None-error when this worker coordinates ``group_id`` and has it loaded.
+        The empty group id is Kafka's for offsets kept without group management
+        (OffsetCommit/OffsetFetch, and DescribeGroups/DeleteGroups to see and
+        remove them): ``allow_empty`` there; every other group API needs an id."""
+        if group_id is None or (not group_id and not allow_empty):
             return ErrorCode.invalid_group_id
         p = group_partition(group_id, self.offsets_partitions)
         if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
@@ -184,9 +187,9 @@ class GroupCoordinator:
             self._loaded.add(p)
         return ErrorCode.none
 
-    def _group(self, group_id: str, missing: ErrorCode) -> tuple[ErrorCode, Group | None]:
+    def _group(self, group_id: str, missing: ErrorCode, allow_empty: bool = False) -> tuple[ErrorCode, Group | None]:
         """``_check``'s error, or ``missing`` when the group is not known here; the group."""
-        error = self._check(group_id)
+        error = self._check(group_id, allow_empty)
         group = self.groups.get(group_id)
         if error == ErrorCode.none and group is None:
             error = missing
@@ -297,7 +300,7 @@ class GroupCoordinator:
     # --- administration ---------------------------------------------------------------------
     def describe_group(self, call: DescribeGroup) -> GroupDescription:
         """GROUP_ID_NOT_FOUND when unknown."""
-        error, group = self._group(call.group_id, ErrorCode.group_id_not_found)
+        error, group = self._group(call.group_id, ErrorCode.group_id_not_found, allow_empty=True)
         if error != ErrorCode.none:
             return GroupDescription(error, DEAD.value)
         return group.describe()
@@ -312,7 +315,7 @@ class GroupCoordinator:
         return GroupListing(ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none, rows)
 
     def delete_group(self, call: DeleteGroup) -> Done:
-        error = self._check(call.group_id)
+        error = self._check(call.group_id, allow_empty=True)
         group = self.groups.get(call.group_id)
         if error != ErrorCode.none:
             return Done(error)
@@ -336,7 +339,7 @@ class GroupCoordinator:
     # --- offsets --------------------------------------------------------------------------
     async def offset_commit(self, call: OffsetCommit) -> CommittedOffsets:
         group_id = call.group_id
-        error = self._check(group_id)
+        error = self._check(group_id, allow_empty=True)
         group = self.groups.get(group_id)
         if error == ErrorCode.none:
             error = self._commit_allowed(group, call.generation, call.member_id, call.instance_id, call.api_version)
@@ -386,7 +389,7 @@ class GroupCoordinator:
         ``require_stable`` waits on pending transactional commits, which this
         broker does not have yet, so every offset is stable."""
         group_id = call.group_id
-        error = self._check(group_id)
+        error = self._check(group_id, allow_empty=True)
         if error != ErrorCode.none:
             return call.unanswered(error)
         if call.topics is None:

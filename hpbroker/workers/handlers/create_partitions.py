@@ -1,4 +1,6 @@
-"""CreatePartitions (37): more partitions for a topic (never fewer)."""
+"""CreatePartitions (37): more partitions for a topic (never fewer), their
+replicas as the request assigns them (checked as Kafka does) or spread over
+the live brokers."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
@@ -11,8 +13,10 @@ async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     results = []
     for topic in request.topics:
+        assignments = [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
         try:
-            await ctx.topics.add_partitions(topic.name, topic.count, validate_only=request.validate_only)
+            await ctx.topics.add_partitions(topic.name, topic.count, validate_only=request.validate_only,
+                                            assignments=assignments)
             results.append(make(m.CreatePartitionsTopicResult, name=topic.name, error_code=ErrorCode.none,
                                 error_message=None))
         except TopicError as exc:

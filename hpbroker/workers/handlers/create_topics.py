@@ -7,6 +7,7 @@ the controller has given every new partition a leader, so a client's next
 Metadata finds them usable."""
 
 import time
+from collections import Counter
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.config_entries import topic_config_entries
@@ -50,7 +51,10 @@ async def _until_led(ctx, names: list[str], timeout_s: float) -> None:
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    checked = [_checked(ctx, topic) for topic in request.topics]
+    names = Counter(topic.name for topic in request.topics)
+    # a topic named twice in one request is created neither time, as in Kafka
+    checked = [TopicError(ErrorCode.invalid_request, "found multiple entries for this topic") if names[topic.name] > 1
+               else _checked(ctx, topic) for topic in request.topics]
     # All of the request's topics at once: a reader on another worker sees all or none, as in Kafka.
     made = iter(await ctx.topics.create_all([c for c in checked if not isinstance(c, TopicError)],
                                             validate_only=request.validate_only))

@@ -1,6 +1,7 @@
 """OffsetDelete (47): drop a group's committed offsets for some partitions,
 unless the (live) group subscribes to the topic (GROUP_SUBSCRIBED_TO_TOPIC)."""
 
+from hpbroker.errors import ErrorCode
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import OffsetDelete
 
@@ -9,11 +10,20 @@ API_KEY = 47
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    deleted = await ctx.owners.ask(OffsetDelete(request.group_id, [(t.name, p.partition_index) for t in request.topics
-                                                                   for p in t.partitions]))
+    known, unknown = [], []
+    for t in request.topics:
+        info = ctx.topics.get(t.name)
+        for p in t.partitions:
+            exists = info is not None and 0 <= p.partition_index < info.partitions
+            (known if exists else unknown).append((t.name, p.partition_index))
+    deleted = await ctx.owners.ask(OffsetDelete(request.group_id, known))
+    # partitions of topics that do not exist are answered here, as Kafka's KafkaApis does
+    rows = [(x.topic, x.partition, x.error) for x in deleted.partitions]
+    rows += [(topic, p, ErrorCode.unknown_topic_or_partition) for topic, p in unknown] if deleted.error == \
+        ErrorCode.none else []
     by_topic: dict[str, list] = {}
-    for x in deleted.partitions:
-        by_topic.setdefault(x.topic, []).append(
-            make(m.OffsetDeleteResponsePartition, partition_index=x.partition, error_code=x.error))
+    for topic, partition, error in rows:
+        by_topic.setdefault(topic, []).append(
+            make(m.OffsetDeleteResponsePartition, partition_index=partition, error_code=error))
     return make(m.OffsetDeleteResponse, error_code=deleted.error, throttle_time=NO_THROTTLE, topics=tuple(
         make(m.OffsetDeleteResponseTopic, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items()))

@@ -1,0 +1,147 @@
+"""Fetch (1): the answer as a consumer reads it (pieces joined, record bytes
+read from the segment files): data, limits, errors, and the long poll."""
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from hpbroker.errors import ErrorCode
+from tests.handlers.conftest import batch, errors, fetch_request, produce_request, records_of, until, values_of
+
+BY_NAME, BY_ID = (4, 12), (13, 16)
+
+
+def partitions_of(answer) -> list:
+    return [p for t in answer.responses for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", BY_NAME + BY_ID)
+def test_records_from_an_offset(broker, version):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a", b"b")
+    broker.produce("t", 0, b"c", keys=[b"key"])
+    answer = broker.fetch(version, [("t", 0, 2)])
+    [topic] = answer.responses
+    if version >= 13:
+        assert topic.topic_id == broker.topic_id("t")
+    else:
+        assert topic.topic == "t"
+    [p] = topic.partitions
+    assert (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset) == (0, ErrorCode.none, 3, 3)
+    assert records_of(p.records) == [(2, b"key", b"c")]
+    if version >= 5:
+        assert p.log_start_offset == 0
+    if version >= 7:
+        assert (answer.error_code, answer.session_id) == (ErrorCode.none, 0)  # a full fetch, no session
+    assert values_of(partitions_of(broker.fetch(version, [("t", 0, 0)]))[0].records) == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("version", [4, 16])
+def test_nothing_to_read_with_no_wait_is_answered_at_once(broker, version):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a")
+    [p] = partitions_of(broker.fetch(version, [("t", 0, 1)], max_wait_ms=0))
+    assert (p.error_code, p.high_watermark, p.records) == (ErrorCode.none, 1, b"")
+
+
+@pytest.mark.parametrize("version", BY_ID)
+def test_an_unknown_topic_id(broker, version):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a")
+    stranger = uuid.uuid4()
+    answer = broker.fetch(version, [("t", 0, 0), ("other", 0, 0)], topic_ids={"t": broker.topic_id("t"),
+                                                                               "other": stranger})
+    known, unknown = answer.responses
+    assert unknown.topic_id == stranger  # echoed, so the client can tell which
+    assert errors(known.partitions + unknown.partitions) == ["none", "unknown_topic_id"]
+
+
+@pytest.mark.parametrize("version", BY_NAME)
+def test_unknown_topics_and_partitions_by_name(broker, version):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a")
+    answer = broker.fetch(version, [("t", 0, 0), ("t", 3, 0), ("missing", 0, 0)])
+    assert errors(partitions_of(answer)) == ["none", "unknown_topic_or_partition", "unknown_topic_or_partition"]
+    assert values_of(partitions_of(answer)[0].records) == [b"a"]
+
+
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_an_offset_beyond_the_log_end(broker, version):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a", b"b")
+    at_end, beyond = partitions_of(broker.fetch(version, [("t", 0, 2)])) + partitions_of(
+        broker.fetch(version, [("t", 0, 10)]))
+    assert (at_end.error_code, at_end.records) == (ErrorCode.none, b"")
+    assert (beyond.error_code, beyond.high_watermark) == (ErrorCode.offset_out_of_range, 2)
+    assert not beyond.records
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_max_bytes_gives_the_first_partition_a_whole_batch_and_stops(broker, version):
+    broker.create_topic("t", 2)
+    big = b"x" * 1000
+    broker.produce("t", 0, big)
+    broker.produce("t", 0, big)
+    broker.produce("t", 1, big)
+    first, second = partitions_of(broker.fetch(version, [("t", 0, 0), ("t", 1, 0)], max_bytes=500))
+    assert values_of(first.records) == [big]  # larger than max_bytes, yet sent (KIP-74)
+    assert (second.error_code, second.high_watermark, second.records) == (ErrorCode.none, 1, b"")
+    # batches of 1070 bytes: only whole ones that fit what is left of max_bytes
+    limits = {1500: [[big], []], 2500: [[big, big], []], 3500: [[big, big], [big]]}
+    for max_bytes, expected in limits.items():
+        answer = broker.fetch(version, [("t", 0, 0), ("t", 1, 0)], max_bytes=max_bytes)
+        assert [values_of(p.records) for p in partitions_of(answer)] == expected, max_bytes
+
+
+def test_partition_max_bytes_limits_each_partition(broker):
+    broker.create_topic("t")
+    for value in (b"a" * 300, b"b" * 300, b"c" * 300):
+        broker.produce("t", 0, value)
+    # batches of 370 bytes: two fit in 800
+    [p] = partitions_of(broker.fetch(12, [("t", 0, 0)], partition_max_bytes=800))
+    assert values_of(p.records) == [b"a" * 300, b"b" * 300]
+    [p] = partitions_of(broker.fetch(12, [("t", 0, 0)], partition_max_bytes=10))
+    assert values_of(p.records) == [b"a" * 300]  # the first batch whatever the limit
+
+
+def test_a_leader_epoch_newer_than_the_partitions_is_refused(broker):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a")
+    for version in (9, 16):  # v9+ carry the consumer's idea of the leader epoch
+        [current] = partitions_of(broker.fetch(version, [("t", 0, 0)], leader_epoch=0))
+        [newer] = partitions_of(broker.fetch(version, [("t", 0, 0)], leader_epoch=3))
+        assert errors([current, newer]) == ["none", "unknown_leader_epoch"]
+        assert not newer.records
+
+
+def test_read_committed_answers_an_empty_aborted_list(broker):
+    broker.create_topic("t")
+    broker.produce("t", 0, b"a")
+    [committed] = partitions_of(broker.fetch(12, [("t", 0, 0)], isolation_level=1))
+    [uncommitted] = partitions_of(broker.fetch(12, [("t", 0, 0)]))
+    assert (committed.aborted_transactions, uncommitted.aborted_transactions) == ((), None)
+    assert values_of(committed.records) == [b"a"]
+
+
+def test_a_long_poll_is_answered_when_data_arrives(broker):
+    broker.create_topic("t")
+
+    async def scenario():
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(broker.call(fetch_request(12, [("t", 0, 0)], max_wait_ms=20_000)))
+        await until(lambda: broker.partitions.purgatory.watched(("t", 0)) == 1, "the fetch parked in the purgatory")
+        await broker.call(produce_request(9, "t", 0, batch(b"late")))
+        answer = await waiting
+        return answer, time.monotonic() - started
+
+    answer, elapsed = broker.run(scenario())
+    assert values_of(partitions_of(answer)[0].records) == [b"late"]
+    assert elapsed < 10  # woken by the append, not by max_wait
+
+
+def test_a_long_poll_with_nothing_arriving_ends_at_max_wait(broker):
+    broker.create_topic("t")
+    [p] = partitions_of(broker.fetch(12, [("t", 0, 0)], max_wait_ms=30))
+    assert (p.error_code, p.records) == (ErrorCode.none, b"")

@@ -1,0 +1,72 @@
+"""ListOffsets (2): earliest, latest, by time and max timestamp, each answered
+by the partition's owner."""
+
+import pytest
+
+from hpbroker.errors import ErrorCode
+from tests.handlers.conftest import LIST_OFFSETS, errors, flattened, grouped, request
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+T = 1_700_000_000_000
+
+
+def list_offsets(broker, version: int, *asked, leader_epoch: int = -1):
+    """(topic, partition, timestamp) each; [(topic, partition entity)]."""
+    answer = broker.send(request(LIST_OFFSETS, version, replica_id=-1, timeout=5000, topics=grouped(
+        (t, p, {"timestamp": ts, "current_leader_epoch": leader_epoch}) for t, p, ts in asked)))
+    return flattened(answer.topics)
+
+
+def offsets(found) -> list[tuple]:
+    return [(p.offset, p.timestamp) for _topic, p in found]
+
+
+@pytest.fixture
+def timed(broker):
+    """Offsets 0-3 at T, T+30 (the largest), T+10, T+20, one batch each."""
+    broker.create_topic("t")
+    for value, ts in ((b"a", T), (b"b", T + 30), (b"c", T + 10), (b"d", T + 20)):
+        broker.produce("t", 0, value, timestamps=[ts])
+    return broker
+
+
+@pytest.mark.parametrize("version", [1, 8])
+def test_earliest_and_latest(timed, version):
+    found = list_offsets(timed, version, ("t", 0, EARLIEST), ("t", 0, LATEST))
+    assert errors(p for _t, p in found) == ["none", "none"]
+    assert offsets(found) == [(0, -1), (4, -1)]
+    if version >= 4:
+        assert [p.leader_epoch for _t, p in found] == [0, 0]
+
+
+@pytest.mark.parametrize("version", [1, 8])
+def test_an_empty_partition(broker, version):
+    broker.create_topic("empty")
+    assert offsets(list_offsets(broker, version, ("empty", 0, EARLIEST), ("empty", 0, LATEST))) == [(0, -1), (0, -1)]
+
+
+@pytest.mark.parametrize("version", [1, 8])
+def test_the_first_offset_at_or_after_a_time(timed, version):
+    found = list_offsets(timed, version, ("t", 0, T), ("t", 0, T + 5), ("t", 0, T + 25), ("t", 0, T + 31))
+    # T+5 finds offset 1 (T+30): the first record at or after it in offset order
+    assert offsets(found) == [(0, T), (1, T + 30), (1, T + 30), (-1, -1)]
+
+
+@pytest.mark.parametrize("version", [7, 11])
+def test_the_max_timestamp(timed, version):
+    [(_t, found)] = list_offsets(timed, version, ("t", 0, MAX_TIMESTAMP))
+    assert (found.error_code, found.offset, found.timestamp) == (ErrorCode.none, 1, T + 30)
+
+
+@pytest.mark.parametrize("version", [1, 8])
+def test_unknown_topics_and_partitions(timed, version):
+    found = list_offsets(timed, version, ("t", 0, LATEST), ("t", 1, LATEST), ("missing", 0, EARLIEST))
+    assert [(t, p.partition_index) for t, p in found] == [("t", 0), ("t", 1), ("missing", 0)]
+    assert errors(p for _t, p in found) == ["none", "unknown_topic_or_partition", "unknown_topic_or_partition"]
+    assert offsets(found)[1:] == [(-1, -1), (-1, -1)]
+    assert timed.topics.get("missing") is None
+
+
+def test_a_leader_epoch_newer_than_the_partitions_is_refused(timed):
+    [(_t, found)] = list_offsets(timed, 8, ("t", 0, LATEST), leader_epoch=3)
+    assert found.error_code == ErrorCode.unknown_leader_epoch

@@ -1,0 +1,118 @@
+"""Produce (0): acks 0, 1 and all on a standalone broker, refused partitions
+and batches, the legacy versions, and what was appended read back."""
+
+import pytest
+
+from hpbroker.errors import ErrorCode
+from hpbroker.kernels import layout
+from hpbroker.records import Record, encode_message_set
+from hpbroker.workers.context import CloseConnection
+from tests.handlers.conftest import PRODUCE_KEY, batch, errors, produce_request, request
+
+
+def partitions_of(answer) -> list[tuple]:
+    """(topic, partition, error name, base offset) of every partition answered."""
+    return [(t.name, p.index, errors([p])[0], p.base_offset) for t in answer.responses for p in t.partition_responses]
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_acks_1_appends_and_answers_the_base_offset(broker, version):
+    broker.create_topic("t")
+    first = broker.produce("t", 0, b"a", b"b", version=version)
+    second = broker.produce("t", 0, b"c", version=version)
+    assert (first.error_code, first.base_offset, second.base_offset) == (ErrorCode.none, 0, 2)
+    assert first.log_append_time is None  # create time: no broker timestamp
+    if version >= 5:
+        assert second.log_start_offset == 0
+    if version >= 8:
+        assert second.record_errors == () and second.error_message is None
+    assert broker.read("t") == (ErrorCode.none, [b"a", b"b", b"c"])
+
+
+def test_acks_all_is_answered_at_once_by_the_only_replica(broker):
+    broker.create_topic("t")
+    answer = broker.produce("t", 0, b"safe", acks=-1)
+    assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+    assert broker.read("t") == (ErrorCode.none, [b"safe"])
+
+
+def test_acks_all_below_min_insync_replicas_is_refused_before_appending(broker):
+    broker.create_topic("t", configs={"min.insync.replicas": "2"})
+    assert broker.produce("t", 0, b"lost", acks=-1).error_code == ErrorCode.not_enough_replicas
+    assert broker.produce("t", 0, b"kept", acks=1).error_code == ErrorCode.none  # only acks=all asks for replicas
+    assert broker.read("t") == (ErrorCode.none, [b"kept"])
+
+
+def test_acks_0_has_no_answer_but_appends(broker):
+    broker.create_topic("t")
+    assert broker.send(produce_request(9, "t", 0, batch(b"quiet"), acks=0)) is None
+    assert broker.read("t") == (ErrorCode.none, [b"quiet"])
+
+
+def test_a_failed_acks_0_produce_closes_the_connection(broker):
+    broker.create_topic("t")
+    with pytest.raises(CloseConnection, match="nowhere-0"):
+        broker.send(produce_request(9, "nowhere", 0, batch(b"x"), acks=0))
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_several_topics_and_partitions_answered_in_the_requests_order(broker, version):
+    broker.create_topic("a", 2)
+    broker.create_topic("b")
+    answer = broker.send(request(PRODUCE_KEY, version, acks=1, timeout=5000, topic_data=[
+        {"name": "a", "partition_data": [{"index": 1, "records": batch(b"1")}, {"index": 7, "records": batch(b"7")},
+                                         {"index": 0, "records": batch(b"0", b"0")}]},
+        {"name": "missing", "partition_data": [{"index": 0, "records": batch(b"m")}]},
+        {"name": "b", "partition_data": [{"index": 0, "records": batch(b"b")}]}]))
+    assert partitions_of(answer) == [("a", 1, "none", 0), ("a", 7, "unknown_topic_or_partition", -1),
+                                     ("a", 0, "none", 0), ("missing", 0, "unknown_topic_or_partition", -1),
+                                     ("b", 0, "none", 0)]
+    assert broker.topics.get("missing") is None  # a produce creates no topic
+    assert [broker.read(t, p)[1] for t, p in (("a", 0), ("a", 1), ("b", 0))] == [[b"0", b"0"], [b"1"], [b"b"]]
+
+
+def test_invalid_acks(broker):
+    broker.create_topic("t")
+    assert broker.produce("t", 0, b"x", acks=2).error_code == ErrorCode.invalid_required_acks
+    assert broker.read("t") == (ErrorCode.none, [])
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_a_corrupt_batch_is_refused_and_nothing_appended(broker, version):
+    broker.create_topic("t")
+    damaged = bytearray(batch(b"payload"))
+    damaged[-3] ^= 0xFF  # inside the records: the CRC no longer matches
+    for records in (bytes(damaged), b"not a record batch"):
+        answer = broker.send(produce_request(version, "t", 0, records))
+        [(_, _, error, base_offset)] = partitions_of(answer)
+        assert (error, base_offset) == ("corrupt_message", -1)
+    assert broker.produce("t", 0, b"good", version=version).base_offset == 0
+    assert broker.read("t") == (ErrorCode.none, [b"good"])
+
+
+def test_log_append_time_is_answered_when_the_topic_stamps_it(broker):
+    broker.create_topic("t", configs={"message.timestamp.type": "LogAppendTime"})
+    answer = broker.produce("t", 0, b"x", version=9)
+    assert answer.error_code == ErrorCode.none and answer.log_append_time is not None
+    assert answer.log_append_time.timestamp() > 1_700_000_000
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_a_legacy_v2_produce_of_a_message_set(broker, magic):
+    """librdkafka before 2.11.1 sends compressed message sets at Produce v0-v2."""
+    broker.create_topic("old")
+    records = [Record(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i) for i in range(3)]
+    message_set = encode_message_set(records, magic=magic, compression=layout.CODEC_GZIP)
+    answer = broker.send(produce_request(3, "old", 0, message_set), version=2)
+    assert partitions_of(answer) == [("old", 0, "none", 0)]
+    assert broker.read("old") == (ErrorCode.none, [b"v0", b"v1", b"v2"])
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_oldest_versions_are_answered(broker, version):
+    broker.create_topic("old")
+    message_set = encode_message_set([Record(0, 1_700_000_000_000, None, b"v")], magic=version)
+    answer = broker.send(produce_request(3, "old", 0, message_set), version=version)
+    assert partitions_of(answer) == [("old", 0, "none", 0)]  # written in the v0/v1 layout
+    missing = broker.send(produce_request(3, "gone", 0, message_set), version=version)
+    assert partitions_of(missing) == [("gone", 0, "unknown_topic_or_partition", -1)]
