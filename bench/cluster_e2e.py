@@ -44,9 +44,10 @@ import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
-from tests.cluster.brokers import FAST, Cluster  # noqa: E402
-from tests.cluster.zookeeper import ZooKeeperServer  # noqa: E402
-from tests.integration.broker import Broker, BrokerError, wait_for  # noqa: E402
+from harness.broker import Broker, BrokerError  # noqa: E402
+from harness.cluster import FAST, Cluster  # noqa: E402
+from harness.waiting import wait_for  # noqa: E402
+from harness.zookeeper import ZooKeeperServer  # noqa: E402
 
 PARTITIONS = 3  # one leader per broker in the cluster
 NON_DEFAULT = {"num.workers": "1", "min.insync.replicas": "2"}
@@ -63,7 +64,7 @@ KAFKA_DEFAULTS = {
     "controlled.shutdown.retry.backoff.ms": "5000",
 }
 _unrestored = set(FAST) - set(KAFKA_DEFAULTS) - set(NON_DEFAULT)
-assert not _unrestored, f"tests/cluster/brokers.py FAST gained {_unrestored}: restore their defaults here"
+assert not _unrestored, f"harness/cluster.py FAST gained {_unrestored}: restore their defaults here"
 
 # Same client for every target; only acks differs.
 THROUGHPUT_CLIENT = {"linger.ms": 20, "batch.size": 1_000_000, "batch.num.messages": 100_000,

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 import confluent_kafka as ck  # noqa: E402
 
-from tests.integration.broker import Broker  # noqa: E402
+from harness.broker import Broker  # noqa: E402
 
 PARTITIONS = 2  # one per worker on this machine: each worker appends to its own partition
 MB = 1e6

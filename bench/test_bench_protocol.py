@@ -17,12 +17,12 @@ import time
 
 from kio.serial import entity_reader, entity_writer
 
+from harness.request_samples import sample_entity
 from hpbroker.protocol import decode_request
 from hpbroker.protocol.bounds import check_body
 from hpbroker.protocol.header import parse_request_header
 from hpbroker.protocol.schemas import request_type
 from hpbroker.records import Record, encode_batch
-from tests.request_samples import sample_entity
 
 ROUNDS, CALLS = 9, 2000
 

@@ -35,8 +35,8 @@ import confluent_kafka as ck  # noqa: E402
 
 from bench.cluster_e2e import THROUGHPUT_CLIENT, create_topic, start_cluster, tree_state  # noqa: E402
 from bench.e2e import client_cpu, machine_info, render  # noqa: E402
+from harness.zookeeper import ZooKeeperServer  # noqa: E402
 from hpbroker.zkconsumer import ZookeeperConsumer  # noqa: E402
-from tests.cluster.zookeeper import ZooKeeperServer  # noqa: E402
 
 TOPIC = "zkc"
 PARTITIONS = 6

@@ -21,8 +21,9 @@ import threading
 import time
 from pathlib import Path
 
+from harness.broker import Broker, free_port, metadata_ping
+from harness.waiting import wait_for
 from tests.fuzz_requests import CAPTURED
-from tests.integration.broker import Broker, free_port, metadata_ping, wait_for
 
 MAX_FRAME = 2048  # bigger frames only slow the fuzzing down
 

@@ -1,7 +1,7 @@
 """Mutated Kafka requests, and a driver that decodes them.
 
 Seeds are real clients' requests (tests/golden/requests.jsonl) and a sample of
-every advertised api key and version (tests/request_samples.py).  Each seed is
+every advertised api key and version (harness/request_samples.py).  Each seed is
 mutated at every byte: length-shaped values written over it (0, -1, 2^31 - 1,
 -2^31 as int32 and int16, five-byte varints), single bytes set to 0x00/0xff,
 every truncation, and seeded random corruption.
@@ -44,7 +44,7 @@ def captured_frames() -> list[tuple[str, bytes]]:
 
 
 def seeds() -> list[tuple[str, bytes]]:
-    from tests.request_samples import all_samples
+    from harness.request_samples import all_samples
 
     found = [(f"sample {key} v{version}", frame) for (key, version), frame in all_samples().items()]
     return found + [(f"{client} {frame[:2].hex()}", frame) for client, frame in captured_frames()]

@@ -13,6 +13,7 @@ fetched, and a consumer that has just joined reads nothing."""
 import asyncio
 import time
 
+from harness.waiting import until
 from hpbroker.errors import ErrorCode
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
@@ -75,14 +76,6 @@ def image() -> ClusterImage:
 
 def group_in(p: int) -> str:
     return next(g for g in (f"group-{i}" for i in range(100)) if group_partition(g, 2) == p)
-
-
-async def until(condition, turns: int = 1000) -> None:
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met")
 
 
 def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path):
@@ -148,7 +141,8 @@ def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path):
         assert fetch(mine).error == ErrorCode.coordinator_load_in_progress
         assert (await c.join_group(JoinGroup(mine, member, None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS,
                                              False))).error == ErrorCode.coordinator_load_in_progress
-        await until(lambda: partitions.leads(OFFSETS_TOPIC, 0))
+        await until(lambda: partitions.leads(OFFSETS_TOPIC, 0), "the states read again to confirm the leadership",
+                    timeout=10)
         assert link.rereads == 1
         assert fetch(mine) == committed
         assert heartbeat() == ErrorCode.none

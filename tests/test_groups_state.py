@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from harness.waiting import until
 from hpbroker.errors import ErrorCode
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import group_partition
@@ -28,6 +29,9 @@ from hpbroker.workers.topics import TopicRegistry
 NO_DELAY = GroupConfig(initial_rebalance_delay_ms=0)
 PROTOCOLS = [("range", b"r"), ("roundrobin", b"rr")]
 START_MS = 1_700_000_000_000
+# What another task does without the clock moving takes turns of the loop, not
+# wall time: ``until(..., turns=TURNS)`` waits that way (see harness.waiting).
+TURNS = 10_000
 
 
 def run(coro):
@@ -38,15 +42,6 @@ async def settle():
     """Give every ready task its turn (a task woken by a future needs one)."""
     for _ in range(20):
         await asyncio.sleep(0)
-
-
-async def until(condition, turns: int = 10_000):
-    """Let the loop run until ``condition()`` holds (a state change another task makes)."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached")
 
 
 class FakeTimer:
@@ -110,7 +105,7 @@ async def stable_pair(g, clock, *, session=1000, rebalance=1000):
     """Members a (leader) and b, both synced at generation 2; returns their join answers."""
     a = await join_new(g, client="a", session=session, rebalance=rebalance)
     b_join = asyncio.ensure_future(join_new(g, client="b", session=session, rebalance=rebalance))
-    await until(lambda: g.state == PREPARING)
+    await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
     a = await join(g, a.member_id, client="a", session=session, rebalance=rebalance)
     b = await b_join
     assert a.generation == b.generation == 2
@@ -164,7 +159,7 @@ def test_two_members_the_followers_sync_waits_for_the_leader():
         assert g.state == COMPLETING
         # b joins: the group goes back to PreparingRebalance; a must rejoin
         b_join = asyncio.ensure_future(join_new(g, client="b"))
-        await until(lambda: g.state == PREPARING)
+        await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
         assert g.heartbeat(first, None, 1) == ErrorCode.rebalance_in_progress
         a2 = await join(g, first, client="a")
         b = await b_join
@@ -187,7 +182,7 @@ def test_a_follower_whose_session_ran_out_during_sync_is_still_expired_later():
         g, clock = group()
         a = await join_new(g, client="a", session=100)
         b_join = asyncio.ensure_future(join_new(g, client="b", session=100))
-        await until(lambda: g.state == PREPARING)
+        await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
         a2 = await join(g, a.member_id, client="a", session=100)
         b = await b_join
         follower = asyncio.ensure_future(g.sync(b.member_id, None, b.generation, None, None, []))
@@ -307,7 +302,7 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
         g, clock = group()
         a = await join_new(g, client="a", session=5000, rebalance=300)
         b_join = asyncio.ensure_future(join_new(g, client="b", session=5000, rebalance=300))
-        await until(lambda: g.state == PREPARING)
+        await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
         a = await join(g, a.member_id, client="a", session=5000, rebalance=300)
         b = await b_join
         await clock.advance(100)
@@ -327,7 +322,7 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
         leader = await join(g, instance="i-1", client="a")
         assert leader.error == ErrorCode.none  # static members skip MEMBER_ID_REQUIRED
         f_join = asyncio.ensure_future(join(g, instance="i-2", client="b"))
-        await until(lambda: g.state == PREPARING)
+        await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
         leader = await join(g, leader.member_id, instance="i-1", client="a")
         follower = await f_join
         await asyncio.gather(g.sync(leader.member_id, "i-1", 2, None, None, [(leader.member_id, b"A"), (follower.member_id, b"B")]),
@@ -434,7 +429,8 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
         c, topics, logs = make_coordinator(tmp_path)
         c.start()
         assert fetch(c, "g")[0] == ErrorCode.coordinator_load_in_progress
-        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress, "the groups to load",
+                    turns=TURNS)
         assert fetch(c, "g", require_stable=True) == (ErrorCode.none, [("events", 0, 10, 3, "meta", ErrorCode.none),
                                                                ("events", 1, 20, 3, "", ErrorCode.none)])
         assert fetch(c, "g", [("events", [0, 5])])[1][1] == ("events", 5, -1, -1, "", ErrorCode.none)
@@ -470,7 +466,8 @@ def test_a_leadership_change_while_loading_voids_the_load(tmp_path):
         await asyncio.sleep(0)  # each load replays its first chunk, then yields
         assert fetch(c, "g")[0] == ErrorCode.coordinator_load_in_progress
         c.leadership_changed(p, True)
-        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress, "the groups to load",
+                    turns=TURNS)
         assert fetch(c, "g") == (ErrorCode.none, [("events", 0, 10, -1, "", ErrorCode.none)])
         c.close()
         logs.close()
@@ -493,7 +490,8 @@ def test_a_worker_replays_only_the_offsets_partitions_it_leads(tmp_path):
         leading = {group_partition("g", 4)}
         c, topics, logs = make_coordinator(tmp_path, leads=lambda topic, partition: partition in leading)
         c.start()
-        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress)
+        await until(lambda: fetch(c, "g")[0] != ErrorCode.coordinator_load_in_progress, "the groups to load",
+                    turns=TURNS)
         assert set(c.groups) == {"g"}  # h's partition is another broker's: nothing of it here
         assert fetch(c, "h")[0] == ErrorCode.not_coordinator
         leading.add(group_partition("h", 4))

@@ -3,10 +3,10 @@ but Fetch (written by hand) and ApiVersions (answered before any handler)."""
 
 import pytest
 
+from harness.request_samples import all_samples
 from hpbroker.protocol import ErrorCode, decode_request, encode_response
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import kio_version
-from tests.request_samples import all_samples
 
 SAMPLES = {kv: frame for kv, frame in all_samples().items() if kv[0] not in (1, 18)}
 

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
+from harness.request_samples import all_samples, sample_body, sample_frame
 from hpbroker.protocol import MalformedRequest, decode_request
 from hpbroker.protocol.bounds import check_body
 from hpbroker.protocol.schemas import request_type
-from tests.request_samples import all_samples, sample_body, sample_frame
 
 
 def test_every_mutant_decodes_or_is_rejected():

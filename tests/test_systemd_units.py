@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.broker import free_port
+from harness.broker import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 UNITS = ["hpbroker.service", "hpbroker.socket", "hpbroker@.service"]
@@ -83,7 +83,8 @@ def test_sd_notify_lifecycle(tmp_path):
 def test_socket_activation_the_acceptor_adopts_the_passed_listener(tmp_path):
     """As systemd's hpbroker.socket does: the listener arrives as fd 3 with
     LISTEN_FDS=1 and LISTEN_PID naming the broker; it must serve on it."""
-    from tests.integration.broker import metadata_ping, wait_for
+    from harness.broker import metadata_ping
+    from harness.waiting import wait_for
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.cluster.zookeeper import ZooKeeperServer
+from harness.zookeeper import ZooKeeperServer
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 import confluent_kafka as ck
 
-from tests.integration.broker import in_netns
+from harness.netns import entered
 
 _PURGED = (ck.KafkaError._PURGE_QUEUE, ck.KafkaError._PURGE_INFLIGHT)
 
@@ -194,7 +194,7 @@ class ProducerHistory:
     # --- the threads ----------------------------------------------------------------
     def _run(self, producing: _Producing) -> None:
         try:
-            with in_netns(self.netns):
+            with entered(self.netns):
                 self._produce(producing)
         except BaseException as exc:  # noqa: BLE001 - reported through progressed() and stop()
             self.crashed.append(f"{producing.name}: {exc!r}")
@@ -266,7 +266,7 @@ class ConsumerHistory:
 
     def _run(self) -> None:
         try:
-            with in_netns(self.netns):
+            with entered(self.netns):
                 consumer = _consumer(self.bootstrap, self.config)
             try:
                 consumer.assign([ck.TopicPartition(self.topic, p, ck.OFFSET_BEGINNING) for p in self.partitions])
@@ -308,7 +308,7 @@ def read_everything(bootstrap: str, topic: str, partitions, timeout: float = 60.
     TimeoutError if some partition cannot be read to its end within ``timeout``."""
     parts = _partition_list(partitions)
     deadline = time.monotonic() + timeout
-    with in_netns(netns):
+    with entered(netns):
         consumer = _consumer(bootstrap, config, **{"enable.partition.eof": True})
     try:
         bounds = {}

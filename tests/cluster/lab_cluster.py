@@ -1,6 +1,6 @@
 """A ZooKeeper server and three brokers, each on a host of its own in a
 ``NetLab`` (tests.cluster.netlab), and a "client" host for the test itself:
-the same short timeouts as tests.cluster.brokers.Cluster, min.insync.replicas=2,
+the same short timeouts as harness.cluster.Cluster, min.insync.replicas=2,
 and the cluster's own view (who leads, what is in sync) read from ZooKeeper by
 a session that lives on the client host.
 
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.broker import Broker
+from harness.cluster import FAST, SESSION_MS, Cluster
+from harness.zookeeper import ZooKeeperServer
 from hpbroker.cluster import session
-from tests.cluster.brokers import FAST, SESSION_MS, Cluster
 from tests.cluster.netlab import Host, NetLab, netlab  # noqa: F401
-from tests.cluster.zookeeper import ZooKeeperServer
-from tests.integration.broker import Broker
 
 ZK_PORT = 2181
 BROKER_PORT = 9092

@@ -10,6 +10,7 @@ import contextlib
 import pytest
 from kazoo.client import KazooClient
 
+from harness.waiting import wait_for
 from hpbroker.cluster import registration, session, znodes
 from hpbroker.cluster.controller import Controller, ControllerSettings
 from hpbroker.cluster.watcher import ImageWatcher
@@ -21,7 +22,6 @@ from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.owner_calls import FollowerFetch
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
-from tests.integration.broker import wait_for
 
 SESSION_MS = 4000
 WAIT_S = 20
@@ -114,15 +114,6 @@ def set_isr(admin, topic, p, isr):
     current = state(admin, topic, p)
     admin.set(znodes.partition_state_path(topic, p), znodes.PartitionState(
         current.leader, current.leader_epoch, isr, current.controller_epoch).encode(), version=current.zk_version)
-
-
-async def until(condition, what: str, timeout: float = WAIT_S):
-    """Poll ``condition`` on the event loop until true; fail naming ``what``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Worker:

@@ -41,56 +41,23 @@ process still running in them (all of them were started on this lab's hosts).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import re
 import signal
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
+from harness.netns import NETNS_DIR, entered
+
 PREFIX = "hpnl"
-NETNS_DIR = Path("/var/run/netns")
 SUBNET = "10.213.0"  # a /24; host N gets .N+10
 TABLE = "hpnetlab"
-CLONE_NEWNET = 0x40000000
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 _OURS = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-")
 _counter = itertools.count(1)
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-# --- namespaces of threads ----------------------------------------------------------
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"setns: {os.strerror(errno)}")
-
-
-@contextlib.contextmanager
-def entered(netns: str | None):
-    """Run the calling thread in network namespace ``netns`` (a name under
-    /var/run/netns) for the block, then put it back where it was.  ``None``
-    does nothing, so callers can pass an optional namespace straight through."""
-    if netns is None:
-        yield
-        return
-    target = os.open(NETNS_DIR / netns, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        back = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(back)
-        finally:
-            os.close(back)
-    finally:
-        os.close(target)
 
 
 def _run(argv: list[str], input: str | None = None) -> str:

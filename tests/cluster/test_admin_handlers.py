@@ -15,6 +15,8 @@ from types import SimpleNamespace
 from kio.schema.types import ProducerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
+from harness.waiting import until
+from harness.zookeeper import ZooKeeperServer
 from hpbroker.cluster import znodes
 from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
@@ -24,9 +26,8 @@ from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.producer_ids import ClusterProducerIds
-from tests.cluster.members import (SESSION_MS, WAIT_S, Member, admin, cluster, set_isr, state, until,  # noqa: F401
+from tests.cluster.members import (SESSION_MS, WAIT_S, Member, admin, cluster, set_isr, state,  # noqa: F401
                                    wait_state)
-from tests.cluster.zookeeper import ZooKeeperServer
 
 CREATE, INIT_PRODUCER_ID, ELECT, ALTER, LIST = 19, 22, 43, 45, 46
 

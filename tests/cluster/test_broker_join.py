@@ -11,10 +11,11 @@ import time
 
 import pytest
 
+from harness.broker import REPO, Broker, free_port
+from harness.cluster import FAST, SESSION_MS, Cluster
+from harness.waiting import wait_for
 from hpbroker.cluster import session, znodes
 from hpbroker.storage import checkpoints
-from tests.cluster.brokers import FAST, SESSION_MS, Cluster
-from tests.integration.broker import REPO, Broker, free_port, wait_for
 
 
 @pytest.fixture

@@ -4,11 +4,11 @@ plane, so leadership and ISR decisions can be driven and read exactly."""
 
 import dataclasses
 
+from harness.waiting import wait_for
 from hpbroker.cluster import session, znodes
 from hpbroker.cluster.controller import Controller, ControllerSettings
 from hpbroker.cluster.watcher import ImageWatcher
 from tests.cluster.members import SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic, state, wait_state  # noqa: F401
-from tests.integration.broker import wait_for
 
 
 def test_one_controller_and_a_new_epoch_on_each_takeover(cluster, admin, chroot):

@@ -10,8 +10,8 @@ import time
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.waiting import wait_for
 from tests.cluster.brokers import cluster  # noqa: F401
-from tests.integration.broker import wait_for
 
 PARTITIONS = 3
 

@@ -30,12 +30,13 @@ from collections import Counter
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from harness.broker import children
+from harness.cluster import FAST, SESSION_MS, Cluster
+from harness.waiting import wait_for
 from hpbroker.replication.client import ClientConnection
-from tests.cluster.brokers import FAST, SESSION_MS, Cluster
 from tests.cluster.history import ConsumerHistory, ProducerHistory, check, read_everything
 from tests.cluster.lab_cluster import LabCluster
 from tests.cluster.netlab import netlab  # noqa: F401
-from tests.integration.broker import children, wait_for
 
 WAIT_S = 60
 # librdkafka's own default: several requests in flight, so that a refusal in

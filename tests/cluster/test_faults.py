@@ -12,12 +12,13 @@ import kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
+from harness.cluster import SESSION_MS, Cluster
+from harness.waiting import wait_for
 from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.replication.client import ClientConnection
-from tests.cluster.brokers import SESSION_MS, Cluster, cluster  # noqa: F401
+from tests.cluster.brokers import cluster  # noqa: F401
 from tests.cluster.test_failover import Producing
-from tests.integration.broker import wait_for
 
 
 def create(cluster: Cluster, topic: str, partitions: int = 1) -> None:

@@ -13,11 +13,37 @@ import time
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.broker import children
+from harness.cluster import FAST, SESSION_MS
+from harness.waiting import wait_for
 from hpbroker.server.ownership import group_partition
-from tests.cluster.brokers import SESSION_MS, cluster  # noqa: F401
-from tests.integration.broker import children, wait_for
+from tests.cluster.brokers import cluster  # noqa: F401
 
 TOPIC, GROUP, PARTITIONS, RECORDS = "orders", "survivors", 3, 30
+STALL_S = SESSION_MS / 1000 / 2 + 0.5  # past half the session timeout: the worker must doubt its session
+
+
+def unread_from_here(port: int) -> int:
+    """Bytes this process has sent over its TCP connections to ``port`` that the
+    other end has not read yet: the receive queues (``rx_queue`` in
+    /proc/net/tcp) of the sockets at ``port`` whose peers are this process's."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                local, remote = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
+                rows.append((local, remote, int(fields[4].split(":")[1], 16), fields[9]))
+    my_ports = {local for local, remote, _, inode in rows if remote == port and inode in mine}
+    return sum(unread for local, remote, unread, _ in rows if local == port and remote in my_ports)
 
 
 def test_a_consumer_whose_offset_fetch_meets_a_fenced_coordinator_still_reads(cluster):
@@ -35,13 +61,17 @@ def test_a_consumer_whose_offset_fetch_meets_a_fenced_coordinator_still_reads(cl
 
     def on_assign(c, partitions):
         # before assign(): its OffsetFetch then waits in the paused worker's socket
-        coordinator = cluster.leader_of("__consumer_offsets", group_partition(GROUP, PARTITIONS))
+        offsets_partitions = int(FAST["offsets.topic.num.partitions"])
+        coordinator = cluster.leader_of("__consumer_offsets", group_partition(GROUP, offsets_partitions))
+        port = cluster.brokers[coordinator].port
         (worker,) = children(cluster.brokers[coordinator].pid)
         os.kill(worker, signal.SIGSTOP)
+        stopped = time.monotonic()
         try:
-            time.sleep(SESSION_MS / 1000 / 2 + 0.5)
+            wait_for(lambda: time.monotonic() - stopped >= STALL_S, STALL_S + 5, "the stall")  # the fault itself
+            queued = unread_from_here(port)
             c.assign(partitions)
-            time.sleep(0.3)
+            wait_for(lambda: unread_from_here(port) > queued, 10, "the OffsetFetch to wait in the worker's socket")
         finally:
             os.kill(worker, signal.SIGCONT)
         paused.append(coordinator)

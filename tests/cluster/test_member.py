@@ -4,9 +4,10 @@ import queue
 
 import pytest
 
+from harness.broker import free_port
+from harness.waiting import wait_for
 from hpbroker.cluster import session, znodes
 from hpbroker.cluster.member import ClusterJoinError, ClusterMember, MemberSettings
-from tests.integration.broker import free_port, wait_for
 
 WAIT_S = 20
 

@@ -14,10 +14,10 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.waiting import wait_for
 from tests.cluster.history import ConsumerHistory, ProducerHistory, check, read_everything
 from tests.cluster.lab_cluster import lab_cluster  # noqa: F401
 from tests.cluster.netlab import NetLab, netlab, sweep_stale  # noqa: F401
-from tests.integration.broker import wait_for
 
 ECHO = """
 import socket, sys, threading

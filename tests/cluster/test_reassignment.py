@@ -10,12 +10,12 @@ import asyncio
 
 import pytest
 
+from harness.waiting import until, wait_for
 from hpbroker.cluster import reassignment, znodes
 from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
 from tests.cluster.members import (SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic,  # noqa: F401
-                                   set_isr, state, until, wait_state, worker)
-from tests.integration.broker import wait_for
+                                   set_isr, state, wait_state, worker)
 
 @pytest.fixture
 def link(chroot, admin):

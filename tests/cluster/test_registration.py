@@ -6,9 +6,10 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
+from harness.broker import free_port
+from harness.waiting import wait_for
+from harness.zookeeper import ZooKeeperServer
 from hpbroker.cluster import registration, session, znodes
-from tests.cluster.zookeeper import ZooKeeperServer
-from tests.integration.broker import free_port, wait_for
 
 SESSION_MS = 4000
 

@@ -8,12 +8,13 @@ import asyncio
 
 import pytest
 
+from harness.waiting import until
 from hpbroker.cluster import registration, session, znodes
 from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch
 from hpbroker.workers.owner_calls import Append, Locate, PartitionBounds, WaitReplicated
 from hpbroker.workers.partition import Role
-from tests.cluster.members import SESSION_MS, until, worker
+from tests.cluster.members import SESSION_MS, worker
 
 LAG_MS = 300
 TOPIC = "t"

@@ -19,11 +19,12 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.broker import REPO
+from harness.cluster import Cluster
+from harness.waiting import wait_for
 from hpbroker.cluster import znodes
 from hpbroker.cluster.consumer_registry import ConsumerIdInUse
 from hpbroker.zkconsumer import ZookeeperConsumer
-from tests.cluster.brokers import Cluster
-from tests.integration.broker import REPO, wait_for
 from tests.integration.test_cli_admin import failed, ok
 
 SESSION_MS = 4000  # the consumers' ZooKeeper session: how long a killed member holds its share

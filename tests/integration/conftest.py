@@ -4,7 +4,7 @@ When a test fails, the broker's stderr is attached to the report."""
 
 import pytest
 
-from tests.integration.broker import Broker
+from harness.broker import Broker
 
 
 class BrokerFactory:

@@ -16,7 +16,8 @@ import struct
 import confluent_kafka as ck
 import pytest
 
-from tests.integration.broker import cpu_seconds, metadata_ping, wait_for
+from harness.broker import cpu_seconds, metadata_ping
+from harness.waiting import wait_for
 
 
 def _api_versions(correlation_id: int) -> bytes:

@@ -9,7 +9,7 @@ import sys
 import confluent_kafka as ck
 import pytest
 
-from tests.integration.broker import REPO, free_port, metadata_ping
+from harness.broker import REPO, free_port, metadata_ping
 from tests.integration.clients import ck_consume, topic_name
 
 
@@ -142,8 +142,8 @@ def _produce_v2_legacy(topic: str, message_set: bytes, correlation: int) -> byte
 
 
 def test_acks0_requests_already_sent_are_appended_after_the_client_hangs_up(broker):
+    from harness.waiting import wait_for
     from hpbroker.records import Record, encode_batch
-    from tests.integration.broker import wait_for
     from tests.integration.clients import ck_watermarks
 
     topic = topic_name("acks0")

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.integration.broker import REPO, free_port, wait_for
+from harness.broker import REPO, free_port
+from harness.waiting import wait_for
 from tests.integration.clients import ck_produce, topic_name
 
 CLI_TIMEOUT_S = 60

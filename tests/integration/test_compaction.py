@@ -4,7 +4,7 @@ exactly the latest record of every key, at its original offset."""
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.broker import wait_for
+from harness.waiting import wait_for
 from tests.integration.clients import ck_consume, ck_produce, topic_name
 
 

@@ -12,9 +12,9 @@ from confluent_kafka.admin import (
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType,
 )
 
+from harness.waiting import wait_for
 from hpbroker.kernels import layout
 from hpbroker.records import iter_batches
-from tests.integration.broker import wait_for
 from tests.integration.clients import ck_consume, ck_produce, kp_consume, kp_produce, topic_name
 from tests.integration.conftest import module_broker
 

@@ -5,7 +5,7 @@ import threading
 
 import confluent_kafka as ck
 
-from tests.integration.broker import wait_for
+from harness.waiting import wait_for
 from tests.integration.clients import ck_consume, ck_consume_all, ck_produce, kp_consume, topic_name
 
 

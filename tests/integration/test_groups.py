@@ -16,6 +16,7 @@ import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.waiting import wait_for
 from tests.integration.clients import ck_produce, topic_name
 from tests.integration.conftest import module_broker
 
@@ -62,10 +63,8 @@ class Members:
                     raise AssertionError(m.error())
 
     def until(self, condition, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            self.poll_round()
+        """Poll the members in turn until ``condition`` holds (each round is the pause)."""
+        wait_for(lambda: condition() or self.poll_round(), timeout, what, interval=0)
 
     def assigned(self) -> list[set[int]]:
         return [{tp.partition for tp in c.assignment()} for c in self.consumers]

@@ -4,7 +4,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.broker import free_port, wait_for
+from harness.broker import free_port
+from harness.waiting import wait_for
 from tests.integration.clients import ck_consume, ck_produce, topic_name
 
 

@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka.structs import TopicPartition as KpTopicPartition
 
-from tests.integration.broker import metadata_ping, wait_for
+from harness.broker import metadata_ping
+from harness.waiting import wait_for
 from tests.integration.clients import ck_consume, ck_produce, ck_watermarks, kp_consume, kp_consumer, kp_produce, topic_name
 
 MESSAGE_MAX_BYTES = 1024 * 1024 + 12  # the broker's default message.max.bytes (a whole batch)

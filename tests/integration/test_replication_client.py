@@ -8,8 +8,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
+from harness.broker import free_port
 from hpbroker.replication.client import ClientConnection
-from tests.integration.broker import free_port
 
 
 def run(coroutine):

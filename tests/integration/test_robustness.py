@@ -19,11 +19,12 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.serial import entity_reader, entity_writer
 
+from harness.broker import metadata_ping
+from harness.request_samples import sample_entity
+from harness.waiting import wait_for
 from hpbroker.protocol.schemas import request_type, response_type
 from tests.fuzz_requests import mutations, seeds
-from tests.integration.broker import metadata_ping, wait_for
 from tests.integration.clients import ck_produce, topic_name
-from tests.request_samples import sample_entity
 
 
 def _create(bootstrap: str, topic: str, partitions: int = 2) -> None:

@@ -17,7 +17,7 @@ import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.broker import wait_for
+from harness.waiting import wait_for
 from tests.integration.clients import topic_name
 from tests.integration.conftest import module_broker
 

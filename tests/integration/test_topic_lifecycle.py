@@ -5,8 +5,8 @@ is gone."""
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.waiting import wait_for
 from hpbroker.storage.checkpoints import kafka_uuid_string, read_partition_metadata
-from tests.integration.broker import wait_for
 from tests.integration.clients import ck_consume, ck_produce, topic_name
 
 

@@ -1,15 +1,16 @@
-"""A real ZooKeeper server for the tests: Debian's ``zookeeper`` package, run
+"""A real ZooKeeper server for the tests and benchmarks: Debian's ``zookeeper`` package, run
 standalone on a loopback port with its own data dir (or, given ``host`` and
-``netns``, on a tests.cluster.netlab host's address inside its namespace)."""
+``netns``, on a tests/cluster/netlab.py host's address inside its namespace)."""
 
 import os
 import pathlib
 import signal
 import socket
 import subprocess
-import time
 
-from tests.integration.broker import free_port, in_netns, wait_for
+from harness.broker import free_port
+from harness.netns import entered
+from harness.waiting import wait_for
 
 ZOOKEEPER_JAR = pathlib.Path("/usr/share/java/zookeeper.jar")
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -63,7 +64,7 @@ class ZooKeeperServer:
         if self.process.poll() is not None:
             raise AssertionError(f"ZooKeeper exited with {self.process.returncode}:\n{self.log_tail()}")
         try:
-            with in_netns(self.netns):
+            with entered(self.netns):
                 return (four_letter(self.port, b"ruok", host=self.host) == b"imok"
                         and b"Mode:" in four_letter(self.port, b"srvr", host=self.host))
         except OSError:

@@ -7,7 +7,6 @@ until it names our port, and then wait until every worker has logged that it
 is up (the kill tests need to know which pid serves which index).
 """
 
-import contextlib
 import os
 import re
 import resource
@@ -16,10 +15,12 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from harness.netns import entered
+from harness.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 
@@ -37,18 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(condition, timeout: float, what: str, interval: float = 0.02):
-    """Poll ``condition`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -137,7 +126,7 @@ class Broker:
                  netns: str | None = None):
         """``host`` is the address to listen on and advertise (127.0.0.1 unless
         given); ``netns`` a network namespace (a name under /var/run/netns, such as
-        a tests.cluster.netlab host's) to run the broker in, through
+        a tests/cluster/netlab.py host's) to run the broker in, through
         ``ip netns exec``: its readiness check then runs in that namespace too."""
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path) if log_path else self.data_dir.parent / f"{self.data_dir.name}.stderr.log"
@@ -193,7 +182,7 @@ class Broker:
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise BrokerError(f"broker exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
-        with in_netns(self.netns):
+        with entered(self.netns):
             return metadata_ping(self.host, self.port, timeout=1.0)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
@@ -287,14 +276,6 @@ class Broker:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
-
-
-def in_netns(netns: str | None):
-    """A context running the calling thread in network namespace ``netns`` (no-op for None)."""
-    if netns is None:
-        return contextlib.nullcontext()
-    from tests.cluster.netlab import entered
-    return entered(netns)
 
 
 def _alive(pid: int) -> bool:

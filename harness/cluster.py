@@ -1,0 +1,133 @@
+"""A cluster of real brokers (``python -m hpbroker serve`` subprocesses) on one
+ZooKeeper, each with its own log dir and loopback port, with short
+timeouts so that failures are noticed within seconds.  What the tests ask of
+the cluster (who leads, who is controller, is the ISR full) is read from
+ZooKeeper itself, as an operator's ``zkCli.sh`` would."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+from harness.broker import Broker, children
+from harness.waiting import wait_for
+from hpbroker.cluster import session, znodes
+
+SESSION_MS = 6000
+FAST = {
+    "zookeeper.session.timeout.ms": str(SESSION_MS),
+    "zookeeper.connection.timeout.ms": "10000",
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    "default.replication.factor": "3",
+    "controlled.shutdown.retry.backoff.ms": "1000",
+    "num.workers": "1",
+}
+WAIT_S = 60
+
+
+class Cluster:
+    def __init__(self, connect: str, directory: Path, size: int, overrides: dict | None = None):
+        self.connect = connect
+        self.brokers = {
+            i: Broker(Path(directory) / f"broker-{i}", overrides={
+                **FAST, "zookeeper.connect": connect, "broker.id": str(i), **(overrides or {})})
+            for i in range(1, size + 1)}
+        self.zk = session.connect(connect, SESSION_MS, 10000)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    # --- life cycle ------------------------------------------------------------------
+    def start_all(self) -> None:
+        for broker in self.brokers.values():
+            broker.start(wait=False)
+        for broker_id, broker in self.brokers.items():
+            wait_for(broker._ready, WAIT_S, f"broker {broker_id} to answer")
+        wait_for(lambda: self.registered() == set(self.brokers), WAIT_S, "every broker to register")
+
+    def start(self, broker_id: int) -> None:
+        self.brokers[broker_id].start(timeout=WAIT_S)
+        wait_for(lambda: broker_id in self.registered(), WAIT_S, f"broker {broker_id} to register")
+
+    def stop(self, broker_id: int) -> None:
+        self.brokers[broker_id].stop(timeout=WAIT_S)
+
+    def kill(self, broker_id: int) -> None:
+        self.brokers[broker_id].kill()
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP the broker's whole process tree (acceptor and workers)."""
+        self._signal_tree(broker_id, signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        self._signal_tree(broker_id, signal.SIGCONT)
+
+    def _signal_tree(self, broker_id: int, sig: int) -> None:
+        pid = self.brokers[broker_id].pid
+        for target in children(pid) | {pid}:
+            os.kill(target, sig)
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            if broker.proc is not None and broker.proc.poll() is None:
+                self._signal_tree_quietly(broker)
+                broker.kill()
+        session.close(self.zk)
+
+    @staticmethod
+    def _signal_tree_quietly(broker: Broker) -> None:
+        for target in children(broker.pid) | {broker.pid}:
+            try:
+                os.kill(target, signal.SIGCONT)  # a paused broker must be able to die
+            except ProcessLookupError:
+                pass
+
+    # --- what ZooKeeper says ------------------------------------------------------------
+    def registered(self) -> set[int]:
+        return {int(c) for c in self.zk.get_children(znodes.BROKER_IDS)}
+
+    def controller(self) -> int:
+        def found():
+            data, _stat = self.zk.get(znodes.CONTROLLER) if self.zk.exists(znodes.CONTROLLER) else (None, None)
+            return znodes.decode_controller(data) if data else None
+        return wait_for(found, WAIT_S, "a controller")
+
+    def state(self, topic: str, partition: int) -> znodes.PartitionState:
+        # The test's own session may expire while ZooKeeper restarts under it: kazoo
+        # then opens a new one, and the read is made again on that.
+        data, stat = wait_for(lambda: self._read(znodes.partition_state_path(topic, partition)), WAIT_S,
+                              f"ZooKeeper to answer for {topic}-{partition}'s state")
+        return znodes.PartitionState.decode(topic, partition, data, stat.version, stat.mzxid)
+
+    def _read(self, path: str):
+        try:
+            return self.zk.get(path)
+        except (SessionExpiredError, ConnectionLoss):
+            return None
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        return wait_for(lambda: (leader := self.state(topic, partition).leader) >= 0 and leader, WAIT_S,
+                        f"{topic}-{partition} to have a leader")
+
+    def wait_in_sync(self, topic: str, partitions: int) -> None:
+        """Until every replica of every partition is in the ISR and a live broker leads."""
+        def full():
+            live = self.registered()
+            assignment = znodes.TopicAssignment.decode(topic, self.zk.get(znodes.topic_path(topic))[0])
+            for p in range(partitions):
+                if not self.zk.exists(znodes.partition_state_path(topic, p)):
+                    return False
+                state = self.state(topic, p)
+                if state.leader not in live or sorted(state.isr) != sorted(assignment.partitions[p]):
+                    return False
+            return True
+        wait_for(full, WAIT_S * 2, f"every replica of {topic} to be in sync")
+
