@@ -77,7 +77,8 @@ FAILOVER_CLIENT = {"enable.idempotence": True, "acks": "all"}
 
 def start_cluster(zk: ZooKeeperServer, tmp: Path, name: str, extra: dict | None = None) -> Cluster:
     (tmp / name).mkdir()
-    cluster = Cluster(f"{zk.connect}/{name}", tmp / name, 3, overrides={**KAFKA_DEFAULTS, **NON_DEFAULT, **(extra or {})})
+    cluster = Cluster(f"{zk.connect}/{name}", tmp / name, 3,
+                      overrides={**KAFKA_DEFAULTS, **NON_DEFAULT, **(extra or {})})
     try:
         cluster.start_all()
     except BaseException:
@@ -100,7 +101,8 @@ class Target:
     """Where a phase produces: a bootstrap, its acks, and the brokers whose CPU counts."""
 
     def __init__(self, name: str, bootstrap: str, acks, brokers: list[Broker], replication: int):
-        self.name, self.bootstrap, self.acks, self.brokers, self.replication = name, bootstrap, acks, brokers, replication
+        self.name, self.bootstrap, self.acks = name, bootstrap, acks
+        self.brokers, self.replication = brokers, replication
 
     def cpu(self) -> float:
         return sum(sum(b.cpu_times()) for b in self.brokers)
@@ -346,7 +348,8 @@ def trial(cluster: Cluster, topic: str, clock: AckClock, how: str, steady_s: flo
     if stopper is not None:
         stopper.join(60)
     leading = None
-    if elected is not None and (since := leading_since(cluster.brokers[state.leader], topic, state.leader_epoch)):
+    if elected is not None and state is not None and (
+            since := leading_since(cluster.brokers[state.leader], topic, state.leader_epoch)):
         leading = since - wall0
     events.append((time.monotonic(), f"restart of broker {leader}"))
     cluster.start(leader)
@@ -369,8 +372,10 @@ def read_back(bootstrap: str, topic: str) -> list[int]:
         while position < high and time.monotonic() < deadline:
             for m in c.consume(10_000, 1.0):
                 if m.error() is None:
-                    seqs.append(int.from_bytes(m.value()[:8], "big"))
-                    position = m.offset() + 1
+                    value, offset = m.value(), m.offset()
+                    assert value is not None and offset is not None  # a record, not an error event
+                    seqs.append(int.from_bytes(value[:8], "big"))
+                    position = offset + 1
     finally:
         c.close()
     return seqs
@@ -437,7 +442,7 @@ def tree_state() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small volumes, one round, one trial each")
     ap.add_argument("--sizes", default="100,1024", help="record sizes in bytes (default 100,1024)")
     ap.add_argument("--mb", type=float, default=100, help="MB of record values per throughput phase (default 100)")

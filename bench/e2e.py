@@ -192,6 +192,7 @@ def _latency_consumer(bootstrap, topic, expected, ready, out) -> None:
             if m.error() is None:
                 now = time.monotonic_ns()
                 v = m.value()
+                assert v is not None  # a record, not an error event
                 lat.append((int.from_bytes(v[:8], "big"), now - int.from_bytes(v[8:16], "big")))
     c.close()
     out.send(lat)
@@ -264,7 +265,7 @@ def render(rows: list[list[str]], header: list[str]) -> tuple[str, str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000, help="records per size (default 1000000)")
     ap.add_argument("--sizes", default="100,1024", help="record value sizes in bytes (default 100,1024)")
     ap.add_argument("--latency-rate", type=float, default=50.0, help="paced produce rate, MB/s (default 50)")

@@ -36,7 +36,8 @@ def dirty_log():
     value = os.urandom(VALUE_BYTES)
     unique = RECORDS // 10
     for start in range(0, RECORDS, PER_BATCH):
-        records = [Record(offset=i, timestamp=1_700_000_000_000 + start + i, key=b"key-%08d" % rng.randrange(unique), value=value)
+        records = [Record(offset=i, timestamp=1_700_000_000_000 + start + i, key=b"key-%08d" % rng.randrange(unique),
+                          value=value)
                    for i in range(PER_BATCH)]
         log.append(encode_batch(records))
     log.roll()

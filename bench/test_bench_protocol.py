@@ -17,18 +17,17 @@ import time
 
 from kio.serial import entity_reader, entity_writer
 
-from harness.request_samples import sample_entity
+from harness.request_samples import request_schema, sample_entity
 from hpbroker.protocol import decode_request
 from hpbroker.protocol.bounds import check_body
 from hpbroker.protocol.header import parse_request_header
-from hpbroker.protocol.schemas import request_type
 from hpbroker.records import Record, encode_batch
 
 ROUNDS, CALLS = 9, 2000
 
 
 def _produce_frame(partitions: int = 16) -> bytes:
-    schema = request_type(0, 9)
+    schema = request_schema(0, 9)
     sample = sample_entity(schema)
     batch = encode_batch([Record(i, 0, None, b"x" * 100) for i in range(10)])
     topic = sample.topic_data[0]
@@ -51,7 +50,7 @@ def _per_call_us(run) -> float:
 def test_bounds_check_against_native_decode(benchmark):
     frame = _produce_frame()
     _header, offset = parse_request_header(frame, 2)
-    schema = request_type(0, 9)
+    schema = request_schema(0, 9)
     read = entity_reader(schema)
     assert check_body(schema, frame, offset) == []
     assert decode_request(frame)[1] == read(frame, offset)[0]

@@ -44,10 +44,11 @@ def _events():
                  f'"page":"{rng.choice(pages)}","referrer":"{rng.choice(pages)}","ts":{1_700_000_000_000 + i * 3},'
                  f'"price_cents":{rng.randrange(100, 100_000)},"ua":"Mozilla/5.0 (X11; Linux x86_64)",'
                  f'"country":"{rng.choice(["DE", "FR", "US", "JP", "BR"])}"}}').encode()
-        record = Record(offset=i, timestamp=1_700_000_000_000 + i * 3, key=b"user-%d" % user, value=value,
+        key = b"user-%d" % user
+        record = Record(offset=i, timestamp=1_700_000_000_000 + i * 3, key=key, value=value,
                         headers=(Header(b"trace-id", b"%032x" % rng.getrandbits(128)),))
         records.append(record)
-        size += len(value) + len(record.key) + 45
+        size += len(value) + len(key) + 45
         i += 1
     return records
 

@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -92,7 +93,7 @@ class _CeilingReader(DataSourceReader):
         return [_Part(None, p, self.rows // 2) for p in range(2)]
 
     def read(self, partition):
-        left = partition.rows
+        left = cast(_Part, partition).rows  # the partitions are the _Parts this reader planned
         while left > 0:
             n = min(left, CEILING_BATCH_ROWS)
             yield _ceiling_batch(CEILING_BATCH_ROWS).slice(0, n)
@@ -120,8 +121,9 @@ class _PythonReader(DataSourceReader):
 
     def read(self, partition):
         import datetime
+        part = cast(_Part, partition)  # the partitions are the _Parts this reader planned
         epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-        data = open(os.path.join(partition.path, "00000000000000000000.log"), "rb").read()
+        data = open(os.path.join(part.path, "00000000000000000000.log"), "rb").read()
         pos = 0
         while pos < len(data):
             batch = decode_batch(data, pos)
@@ -130,7 +132,7 @@ class _PythonReader(DataSourceReader):
                 continue
             ts_type = batch.header.timestamp_type
             for r in batch.records:
-                yield (r.key, r.value, "bench", partition.partition, r.offset,
+                yield (r.key, r.value, "bench", part.partition, r.offset,
                        epoch + datetime.timedelta(milliseconds=r.timestamp), ts_type, None)
 
 

@@ -77,6 +77,7 @@ class Reading:
 
     def result(self) -> tuple[float, float, float]:
         """(seconds to the first record, records/s after it, client CPU s)."""
+        assert self.first_at is not None and self.first_count is not None, "called before took() was done"
         return (self.first_at - self.t0, (self.got - self.first_count) / (self.last_at - self.first_at), self.cpu)
 
 
@@ -118,7 +119,7 @@ def rebalance_time(connect: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--records", type=int, default=600_000, help="records in the topic (default 600000)")
     ap.add_argument("--size", type=int, default=100, help="record value size in bytes (default 100)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both readers (default 3)")

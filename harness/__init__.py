@@ -9,7 +9,8 @@ real processes and the data to feed them, no assertions and no pytest.
 * ``harness.netns``: running the calling thread in a network namespace.
 * ``harness.waiting``: waiting on a condition (``wait_for``, ``until``).
 * ``harness.request_samples``: a well-formed request for every advertised
-  (api key, version).
+  (api key, version); the kio classes of a version (``request_schema``,
+  ``response_schema``).
 
 It lives beside ``hpbroker/`` and is not part of the wheel; the tests import it
 from the repository root (pytest's ``pythonpath``), the benchmark scripts put

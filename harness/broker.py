@@ -147,6 +147,7 @@ class Broker:
 
     @property
     def pid(self) -> int:
+        assert self.proc is not None, "not started"
         return self.proc.pid
 
     def command(self) -> list[str]:
@@ -180,6 +181,7 @@ class Broker:
         return self
 
     def _ready(self) -> bool:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise BrokerError(f"broker exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
         with entered(self.netns):
@@ -213,6 +215,7 @@ class Broker:
         pids = children(self.pid) | {self.pid}
         for pid in pids:
             _signal(pid, signal.SIGKILL)
+        assert self.proc is not None  # it has a pid
         self.proc.wait(10)
         wait_for(lambda: not any(_alive(p) for p in pids), 10, "the killed workers to vanish")
         self._close_log()

@@ -11,17 +11,44 @@ import io
 import struct
 import uuid
 
-from kio.serial import entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
-from kio.serial._introspect import get_schema_field_type
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+)
 
 from hpbroker.protocol.header import write_uvarint
-from hpbroker.protocol.schemas import LEGACY_PRODUCE_MAX, PRODUCE, request_header_version, request_type
+from hpbroker.protocol.schemas import (
+    LEGACY_PRODUCE_MAX,
+    PRODUCE,
+    request_header_version,
+    request_type,
+    response_type,
+)
 from hpbroker.protocol.versions import SUPPORTED_VERSIONS
 from hpbroker.records import Record, encode_batch
 
 _BATCH = encode_batch([Record(0, 0, b"k", b"value"), Record(1, 1, None, b"v2")])
+
+
+def request_schema(api_key: int, api_version: int) -> type:
+    """``request_type`` of a version kio has: its request class (KeyError if kio has none)."""
+    schema = request_type(api_key, api_version)
+    if schema is None:
+        raise KeyError(f"kio has no request for api key {api_key} v{api_version}")
+    return schema
+
+
+def response_schema(api_key: int, api_version: int) -> type:
+    """``response_type`` of a version kio has: its response class (KeyError if kio has none)."""
+    schema = response_type(api_key, api_version)
+    if schema is None:
+        raise KeyError(f"kio has no response for api key {api_key} v{api_version}")
+    return schema
 
 
 def _value(kafka_type: str):
@@ -67,7 +94,7 @@ def sample_frame(api_key: int, api_version: int, correlation_id: int = 1) -> byt
 
 def sample_body(api_key: int, api_version: int) -> bytes:
     """The body of ``sample_frame``: what follows the request header."""
-    schema = request_type(api_key, api_version)
+    schema = request_schema(api_key, api_version)
     request = sample_entity(schema)
     legacy = api_key == PRODUCE and api_version <= LEGACY_PRODUCE_MAX
     if legacy:

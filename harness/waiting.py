@@ -32,16 +32,17 @@ T = TypeVar("T")
 UNTIL_TIMEOUT_S = 20.0
 
 
-def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.02) -> T:
     """Poll ``condition`` until it returns something truthy and return that;
     ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
     for _ in _seconds(timeout, what, time.monotonic):
         if value := condition():
             return value
         time.sleep(interval)
+    raise AssertionError("unreachable: _seconds raises TimeoutError")
 
 
-async def until(condition: Callable[[], T], what: str, timeout: float = UNTIL_TIMEOUT_S, interval: float = 0.02,
+async def until(condition: Callable[[], T | None], what: str, timeout: float = UNTIL_TIMEOUT_S, interval: float = 0.02,
                 turns: int | None = None) -> T:
     """``wait_for`` on the running loop: poll ``condition`` until it returns
     something truthy, sleeping ``interval`` seconds between polls, for
@@ -55,6 +56,7 @@ async def until(condition: Callable[[], T], what: str, timeout: float = UNTIL_TI
         if value := condition():
             return value
         await asyncio.sleep(pause)
+    raise AssertionError("unreachable: _seconds and _turns raise TimeoutError")
 
 
 def _seconds(timeout: float, what: str, now: Callable[[], float]):

@@ -61,6 +61,7 @@ class ZooKeeperServer:
         return config
 
     def _serving(self) -> bool:
+        assert self.process is not None, "not started"
         if self.process.poll() is not None:
             raise AssertionError(f"ZooKeeper exited with {self.process.returncode}:\n{self.log_tail()}")
         try:

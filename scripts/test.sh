@@ -6,4 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/ensure-system-packages.sh"
 source "$ROOT/scripts/ensure-venv.sh" test
 cd "$ROOT"
+# lint and type checks first: seconds, and they name the line
+"$VENV/bin/ruff" check --quiet .
+"$VENV/bin/pyright" --warnings
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -37,6 +37,7 @@ class ProxiedBroker(Broker):
         self.proxy_port = proxy_port
 
     def _ready(self) -> bool:
+        assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
             raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
         return metadata_ping(self.host, self.proxy_port, timeout=1.0)
@@ -89,10 +90,11 @@ class RecordingProxy:
             dst.close()
 
     def _keep(self, frame: bytes) -> None:
+        client = self.client
+        if client is None or len(frame) > MAX_FRAME:
+            return
         api_key, version = struct.unpack_from(">hh", frame)
-        key = (self.client, api_key, version)
-        if self.client is not None and len(frame) <= MAX_FRAME and key not in self.frames:
-            self.frames[key] = frame
+        self.frames.setdefault((client, api_key, version), frame)
 
 
 def run_confluent(bootstrap: str, topic: str) -> None:
@@ -137,7 +139,7 @@ def run_kafka_python(bootstrap: str, topic: str) -> None:
     wait_for(lambda: len([m for _, ms in consumer.poll(500).items() for m in ms]) > 0, 30, "kafka-python records")
     consumer.commit()
     consumer.close()
-    admin.list_groups()
+    admin.list_groups()  # pyright: ignore[reportAttributeAccessIssue]  (typeshed's stubs are kafka-python 2.3's)
     admin.delete_topics([topic])
     admin.close()
 

@@ -32,13 +32,15 @@ import struct
 import sys
 import threading
 from dataclasses import dataclass, field
+from typing import Literal
 
 API_PRODUCE, API_FETCH, API_METADATA, API_FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
 SUPPORTED = {API_PRODUCE: (0, 7), API_FETCH: (0, 10), API_METADATA: (0, 1), API_FIND_COORDINATOR: (0, 0),
              API_VERSIONS: (0, 2)}
 UNSUPPORTED_VERSION = 35
 NODE_ID = 1
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+Codec = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+CODECS: tuple[Codec, ...] = ("none", "gzip", "snappy", "lz4", "zstd")
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
 
@@ -253,6 +255,7 @@ class FakeKafka:
         topics = []
         for _ in range(reader.int32()):
             name = reader.string()
+            assert name is not None, "a Produce request's topic name is not nullable"
             partitions = []
             for _ in range(reader.int32()):
                 index = reader.int32()
@@ -304,10 +307,15 @@ def sample_messages(client: str) -> list[Sample]:
     ]
 
 
-def produce_confluent(bootstrap: str, topic: str, codec: str, messages: list[Sample]) -> dict:
+def produce_confluent(bootstrap: str, topic: str, codec: Codec, messages: list[Sample]) -> dict:
     import confluent_kafka
 
     errors = []
+
+    def delivered(err, _msg) -> None:
+        if err:
+            errors.append(err)
+
     producer = confluent_kafka.Producer({
         "bootstrap.servers": bootstrap,
         "compression.type": codec,
@@ -322,7 +330,7 @@ def produce_confluent(bootstrap: str, topic: str, codec: str, messages: list[Sam
     try:
         for m in messages:
             producer.produce(topic, key=m.key, value=m.value, headers=list(m.headers), timestamp=m.timestamp,
-                             partition=0, on_delivery=lambda err, msg: err and errors.append(err))
+                             partition=0, on_delivery=delivered)
         left = producer.flush(15)
     finally:
         del producer  # rd_kafka_destroy: joins librdkafka's threads
@@ -332,8 +340,17 @@ def produce_confluent(bootstrap: str, topic: str, codec: str, messages: list[Sam
             "librdkafka": confluent_kafka.libversion()[0]}
 
 
-def produce_kafka_python(bootstrap: str, topic: str, codec: str, messages: list[Sample]) -> dict:
+def _kafka_python_headers(m: Sample) -> list[tuple[str, bytes]]:
+    headers = []
+    for key, value in m.headers:
+        assert value is not None, "kafka-python cannot send a null header value"
+        headers.append((key, value))
+    return headers
+
+
+def produce_kafka_python(bootstrap: str, topic: str, codec: Codec, messages: list[Sample]) -> dict:
     import kafka
+    import kafka.version
 
     producer = kafka.KafkaProducer(
         bootstrap_servers=bootstrap,
@@ -347,20 +364,20 @@ def produce_kafka_python(bootstrap: str, topic: str, codec: str, messages: list[
         max_block_ms=15_000,
     )
     try:
-        futures = [producer.send(topic, key=m.key, value=m.value, headers=list(m.headers),
+        futures = [producer.send(topic, key=m.key, value=m.value, headers=_kafka_python_headers(m),
                                  timestamp_ms=m.timestamp, partition=0) for m in messages]
         producer.flush(timeout=15)
         for f in futures:
             f.get(timeout=15)
     finally:
         producer.close(timeout=5)
-    return {"client": "kafka-python", "version": kafka.__version__}
+    return {"client": "kafka-python", "version": kafka.version.__version__}
 
 
 PRODUCERS = {"confluent": produce_confluent, "kafka-python": produce_kafka_python}
 
 
-def capture(client: str, codec: str) -> tuple[bytes, list[Sample], dict, list[Capture]]:
+def capture(client: str, codec: Codec) -> tuple[bytes, list[Sample], dict, list[Capture]]:
     """Run one real client against a fresh fake broker; return its record bytes."""
     messages = sample_messages(client)
     with FakeKafka() as server:

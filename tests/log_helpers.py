@@ -4,9 +4,11 @@ from hpbroker.kernels import layout
 from hpbroker.records import Record, decode_batch, encode_batch
 
 
-def make_batch(count: int, *, timestamp: int = 1_700_000_000_000, value_size: int = 20, codec: int = 0, tag: str = "r", step_ms: int = 1) -> bytes:
+def make_batch(count: int, *, timestamp: int = 1_700_000_000_000, value_size: int = 20, codec: int = 0, tag: str = "r",
+               step_ms: int = 1) -> bytes:
     records = [
-        Record(offset=i, timestamp=timestamp + i * step_ms, key=f"{tag}{i}".encode(), value=(f"{tag}{i}:".encode() * value_size)[:value_size])
+        Record(offset=i, timestamp=timestamp + i * step_ms, key=f"{tag}{i}".encode(),
+               value=(f"{tag}{i}:".encode() * value_size)[:value_size])
         for i in range(count)
     ]
     return encode_batch(records, compression=codec)

@@ -16,7 +16,8 @@ def hpbroker(*args):
 def make_log(tmp_path):
     log = Log.open(str(tmp_path / "t-0"), "t", 0, LogConfig(index_interval_bytes=10))
     for i in range(4):
-        records = [Record(offset=0, timestamp=1000 + i, key=f"key{i}".encode(), value=f"value {i}".encode(), headers=(Header(b"h", b"v"),))]
+        records = [Record(offset=0, timestamp=1000 + i, key=f"key{i}".encode(), value=f"value {i}".encode(),
+                          headers=(Header(b"h", b"v"),))]
         log.append(encode_batch(records, compression=layout.CODEC_GZIP if i == 2 else layout.CODEC_NONE))
     log.close()
     return log.segments[0].log_path
@@ -27,10 +28,11 @@ def test_one_line_per_batch_and_records(tmp_path):
     result = hpbroker("dump-log", "--records", path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    batch_lines = [l for l in lines if l.startswith("baseOffset:")]
+    batch_lines = [line for line in lines if line.startswith("baseOffset:")]
     assert len(batch_lines) == 4
     assert "compresscodec: gzip" in batch_lines[2] and "isvalid: true" in batch_lines[0]
-    assert "| offset: 3 CreateTime: 1003 keySize: 4 valueSize: 7 sequence: -1 headerKeys: [h] key: key3 payload: value 3" in lines
+    assert ("| offset: 3 CreateTime: 1003 keySize: 4 valueSize: 7 sequence: -1 headerKeys: [h] key: key3 "
+            "payload: value 3") in lines
 
 
 def test_index_files_are_dumped_and_checked_against_the_log(tmp_path):

@@ -103,6 +103,7 @@ class Served:
         self.writer.close()
         self.server.close()
         await asyncio.wait_for(self.closed.wait(), TIMEOUT_S)
+        assert self.connection is not None
         if self.connection.task is not None:
             await asyncio.wait_for(self.connection.task, TIMEOUT_S)
 
@@ -204,7 +205,8 @@ def test_a_frame_at_the_size_limit_is_read():
     (b"", "malformed request: request of 0 bytes is shorter than a header"),
     (struct.pack(">hhi", API_VERSIONS, 0, 5)[:7], "malformed request: request of 7 bytes is shorter than a header"),
     # 31 bytes whose client id claims 100
-    (struct.pack(">hhih", API_VERSIONS, 0, 5, 100) + b"x" * 21, "malformed request: request header truncated in client_id"),
+    (struct.pack(">hhih", API_VERSIONS, 0, 5, 100) + b"x" * 21,
+     "malformed request: request header truncated in client_id"),
 ])
 def test_an_empty_or_short_frame_closes_the_connection(body, logged, caplog):
     async def scenario(s):

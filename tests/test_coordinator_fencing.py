@@ -14,18 +14,26 @@ import asyncio
 import time
 
 from harness.waiting import until
-from hpbroker.errors import ErrorCode
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.worker_link import Session
+from hpbroker.errors import ErrorCode
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.workers.owner_calls import (FetchedOffset, FetchedOffsets, Heartbeat, JoinGroup, OffsetCommit,
-                                          OffsetFetch, PartitionError, SyncGroup)
+from hpbroker.workers.owner_calls import (
+    FetchedOffset,
+    FetchedOffsets,
+    Heartbeat,
+    JoinGroup,
+    OffsetCommit,
+    OffsetFetch,
+    PartitionError,
+    SyncGroup,
+)
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 
@@ -110,7 +118,8 @@ def test_a_fenced_coordinator_is_waited_for_not_looked_for_elsewhere(tmp_path):
 
         joined = await c.join_group(JoinGroup(mine, "", None, "c", "/h", 6000, 6000, "consumer", PROTOCOLS, False))
         member = joined.member_id
-        assert (await c.sync_group(SyncGroup(mine, 1, member, None, None, None, [(member, b"a")]))).error == ErrorCode.none
+        synced = await c.sync_group(SyncGroup(mine, 1, member, None, None, None, [(member, b"a")]))
+        assert synced.error == ErrorCode.none
         assert (await commit(7)).partitions == [PartitionError("events", 0, ErrorCode.none)]
         assert fetch(mine) == committed
         assert fetch(theirs).error == ErrorCode.not_coordinator  # another broker leads it

@@ -42,7 +42,9 @@ def test_kio_reads_what_we_write(tmp_path, version):
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert int.from_bytes(frame[4:8], "big") == 42
     body = 9 if version >= 12 else 8  # flexible versions carry a tagged-field byte in the header
-    response, _ = entity_reader(response_type(FETCH, version))(frame, body)
+    schema = response_type(FETCH, version)
+    assert schema is not None
+    response, _ = entity_reader(schema)(frame, body)
     [topic] = response.responses
     assert (topic.topic_id == topic_id) if version >= 13 else (topic.topic == "events")
     first, second, third = topic.partitions

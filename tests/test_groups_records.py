@@ -85,11 +85,13 @@ def test_empty_group_value_has_null_protocol_and_leader():
 
 def test_group_metadata_value_v0_and_v1_decode():
     member_v0 = s16("m") + s16("c") + s16("h") + struct.pack(">i", 7000) + struct.pack(">i", 0) + struct.pack(">i", 0)
-    v0 = b"\x00\x00" + s16("consumer") + struct.pack(">i", 1) + s16("range") + s16("m") + struct.pack(">i", 1) + member_v0
+    v0 = (b"\x00\x00" + s16("consumer") + struct.pack(">i", 1) + s16("range") + s16("m") + struct.pack(">i", 1)
+          + member_v0)
     decoded = R.decode_group_value(v0)
     assert decoded.members[0] == R.MemberValue("m", None, "c", "h", 7000, 7000, b"", b"")
     member_v1 = s16("m") + s16("c") + s16("h") + struct.pack(">ii", 9000, 7000) + struct.pack(">ii", 0, 0)
-    v1 = b"\x00\x01" + s16("consumer") + struct.pack(">i", 1) + s16("range") + s16("m") + struct.pack(">i", 1) + member_v1
+    v1 = (b"\x00\x01" + s16("consumer") + struct.pack(">i", 1) + s16("range") + s16("m") + struct.pack(">i", 1)
+          + member_v1)
     assert R.decode_group_value(v1).members[0].rebalance_timeout == 9000
     assert R.decode_group_value(v1).members[0].session_timeout == 7000
 

@@ -14,15 +14,25 @@ import time
 import pytest
 
 from harness.waiting import until
+from hpbroker.clock import SYSTEM, now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.ownership import group_partition
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.clock import SYSTEM, now_ms
 from hpbroker.workers.groups.state import COMPLETING, EMPTY, PREPARING, STABLE, Group, GroupConfig
-from hpbroker.workers.owner_calls import (DeleteGroup, DescribeGroup, Heartbeat, JoinedMember, JoinGroup, OffsetCommit,
-                                          OffsetDelete, OffsetFetch, SyncGroup, SyncResult)
+from hpbroker.workers.owner_calls import (
+    DeleteGroup,
+    DescribeGroup,
+    Heartbeat,
+    JoinedMember,
+    JoinGroup,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    SyncGroup,
+    SyncResult,
+)
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.topics import TopicRegistry
 
@@ -64,6 +74,9 @@ class FakeClock:
 
     def now_ms(self) -> int:
         return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000
 
     def call_later(self, delay_ms: int, callback, *args) -> FakeTimer:
         timer = FakeTimer(self.now + delay_ms, callback, args)
@@ -306,7 +319,8 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
         a = await join(g, a.member_id, client="a", session=5000, rebalance=300)
         b = await b_join
         await clock.advance(100)
-        await g.sync(a.member_id, None, 2, None, None, [(a.member_id, b"A"), (b.member_id, b"B")])  # b never sends SyncGroup
+        # b never sends SyncGroup
+        await g.sync(a.member_id, None, 2, None, None, [(a.member_id, b"A"), (b.member_id, b"B")])
         assert g.state == STABLE and g.pending_sync == {b.member_id}
         await clock.advance(199)
         assert b.member_id in g.members
@@ -325,11 +339,13 @@ def test_static_member_rejoining_with_a_new_id_fences_the_old_one():
         await until(lambda: g.state == PREPARING, "the rebalance to begin", turns=TURNS)
         leader = await join(g, leader.member_id, instance="i-1", client="a")
         follower = await f_join
-        await asyncio.gather(g.sync(leader.member_id, "i-1", 2, None, None, [(leader.member_id, b"A"), (follower.member_id, b"B")]),
+        await asyncio.gather(g.sync(leader.member_id, "i-1", 2, None, None,
+                                    [(leader.member_id, b"A"), (follower.member_id, b"B")]),
                              g.sync(follower.member_id, "i-2", 2, None, None, []))
         # the follower restarts: same instance id, no member id -> no rebalance, same assignment
         back = await join(g, instance="i-2", client="b")
-        assert back.error == ErrorCode.none and back.generation == 2 and back.member_id != follower.member_id and g.state == STABLE
+        assert (back.error == ErrorCode.none and back.generation == 2 and back.member_id != follower.member_id
+                and g.state == STABLE)
         assert (await g.sync(back.member_id, "i-2", 2, None, None, [])).assignment == b"B"
         assert g.heartbeat(follower.member_id, "i-2", 2) == ErrorCode.fenced_instance_id
         assert g.leave("", "i-2") == ErrorCode.none and g.state == PREPARING
@@ -343,7 +359,8 @@ def test_sync_errors():
         a = await join_new(g)
         assert (await g.sync(a.member_id, None, 7, None, None, [])).error == ErrorCode.illegal_generation
         assert (await g.sync("who", None, 1, None, None, [])).error == ErrorCode.unknown_member_id
-        assert (await g.sync(a.member_id, None, 1, "consumer", "roundrobin", [])).error == ErrorCode.inconsistent_group_protocol
+        assert ((await g.sync(a.member_id, None, 1, "consumer", "roundrobin", [])).error
+                == ErrorCode.inconsistent_group_protocol)
         g.close()
     run(scenario())
 
@@ -413,14 +430,16 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
         await c.sync_group(SyncGroup("g", 1, j.member_id, None, None, None, [(j.member_id, b"assign")]))
         assert await commit(c, "g", 1, j.member_id, [("events", 0, 10, 3, "meta"), ("events", 1, 20, 3, None)]) \
             == [("events", 0, ErrorCode.none), ("events", 1, ErrorCode.none)]
-        assert await commit(c, "g", 5, j.member_id, [("events", 0, 11, 3, "")]) == [("events", 0, ErrorCode.illegal_generation)]
+        assert await commit(c, "g", 5, j.member_id, [("events", 0, 11, 3, "")]) \
+            == [("events", 0, ErrorCode.illegal_generation)]
         assert await commit(c, "simple", -1, "", [("events", 0, 5, -1, "")]) == [("events", 0, ErrorCode.none)]
         assert (await commit(c, "nogroup", 3, "m", [("events", 0, 5, -1, "")]))[0][2] == ErrorCode.group_id_not_found
         assert (await commit(c, "nogroup", 3, "m", [("events", 0, 5, -1, "")], 8))[0][2] == ErrorCode.illegal_generation
         assert c.delete_group(DeleteGroup("g")).error == ErrorCode.non_empty_group
         assert c.delete_group(DeleteGroup("simple")).error == ErrorCode.none
         assert c.delete_group(DeleteGroup("simple")).error == ErrorCode.group_id_not_found
-        assert topics.get("__consumer_offsets").configs["cleanup.policy"] == "compact"
+        offsets_topic = topics.get("__consumer_offsets")
+        assert offsets_topic is not None and offsets_topic.configs["cleanup.policy"] == "compact"
         c.close()
         logs.close()
         return j.member_id
@@ -439,7 +458,8 @@ def test_commits_and_group_metadata_survive_a_reload(tmp_path):
             ErrorCode.none, STABLE.value, "consumer", "range")
         assert [(m.member_id, m.assignment) for m in described.members] == [(member_id, b"assign")]
         assert c.describe_group(DescribeGroup("simple")).error == ErrorCode.group_id_not_found
-        assert c.heartbeat(Heartbeat("g", 1, member_id)).error == ErrorCode.none  # members resume after a coordinator move
+        # members resume after a coordinator move
+        assert c.heartbeat(Heartbeat("g", 1, member_id)).error == ErrorCode.none
         c.close()
         logs.close()
 
@@ -548,8 +568,8 @@ def test_a_restarted_static_leader_gets_no_leadership_and_no_rebalance():
         await g.sync(leader.member_id, "i-1", 1, None, None, [(leader.member_id, b"A")])
         back = await join(g, instance="i-1")
         # the answer names the previous leader id, so the client does not assign
-        assert back.error == ErrorCode.none and back.generation == 1 and back.leader == leader.member_id != back.member_id \
-            and back.members == []
+        assert back.error == ErrorCode.none and back.generation == 1 \
+            and back.leader == leader.member_id != back.member_id and back.members == []
         assert g.leader == back.member_id and g.state == STABLE
         assert (await g.sync(back.member_id, "i-1", 1, None, None, [])).assignment == b"A"
         g.close()

@@ -5,8 +5,7 @@ import zlib
 import crc32c as crc32c_library
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpbroker.kernels import crc
 

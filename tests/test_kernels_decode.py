@@ -1,22 +1,22 @@
 """The record-decode kernel against a plain-Python twin and against the codec."""
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpbroker.kernels import decode_records, layout, scan_batches
 from hpbroker.records import Header, Record, decode_batch, encode_batch
 
 
-def python_varint(buf: bytes, pos: int, end: int, max_bytes: int):
+def python_varint(buf: bytes, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    """(value, position after it), or (0, -1) if no varint ends in time (the value is then meaningless)."""
     raw = 0
     for i in range(max_bytes):
         if pos + i >= end:
-            return None, -1
+            return 0, -1
         raw |= (buf[pos + i] & 0x7F) << (7 * i)
         if buf[pos + i] < 0x80:
             return (raw >> 1) ^ -(raw & 1), pos + i + 1
-    return None, -1
+    return 0, -1
 
 
 def python_decode(buf: bytes, start: int, end: int, base_offset: int, base_ts: int, count: int):
@@ -29,10 +29,10 @@ def python_decode(buf: bytes, start: int, end: int, base_offset: int, base_ts: i
         rec_end = p + length
         attrs = buf[p]
         ts_delta, p = python_varint(buf, p + 1, rec_end, 10)
-        offset_delta, p = python_varint(buf, p, rec_end, 5) if p >= 0 else (None, -1)
+        offset_delta, p = python_varint(buf, p, rec_end, 5) if p >= 0 else (0, -1)
         spans = []
         for field in ("key", "value"):
-            n, p = python_varint(buf, p, rec_end, 5) if p >= 0 else (None, -1)
+            n, p = python_varint(buf, p, rec_end, 5) if p >= 0 else (0, -1)
             if p < 0 or n < -1 or p + max(n, 0) > rec_end:
                 return None
             spans.append((p, n))
@@ -109,7 +109,8 @@ def test_kernel_matches_twin_and_codec(batches):
             assert span(data, d.value_start[i], d.value_length[i]) == record.value
             first = int(d.header_first[i])
             got = [(span(data, d.header_key_start[j], d.header_key_length[j]),
-                    span(data, d.header_value_start[j], d.header_value_length[j])) for j in range(first, first + int(d.header_count[i]))]
+                    span(data, d.header_value_start[j], d.header_value_length[j]))
+                   for j in range(first, first + int(d.header_count[i]))]
             assert got == [(h.key, h.value) for h in record.headers]
 
 

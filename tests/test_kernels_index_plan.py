@@ -1,8 +1,7 @@
 """The index-plan kernel against a plain-Python twin of Kafka's index rule."""
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpbroker.kernels import plan_index_entries
 
@@ -32,7 +31,7 @@ def test_plan_matches_twin(batches, interval):
     stamps = [t for _, t in batches]
     positions = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if sizes else np.zeros(0)
     last_offsets = np.arange(len(sizes)) * 10 + 9
-    plan = plan_index_entries(positions, sizes, last_offsets, stamps, interval)
+    plan = plan_index_entries(positions, np.array(sizes, np.int64), last_offsets, np.array(stamps, np.int64), interval)
     offsets, times, since = python_plan(sizes, stamps, interval)
     assert list(zip(plan.offset_keys.tolist(), plan.offset_positions.tolist())) == offsets
     assert list(zip(plan.time_stamps.tolist(), plan.time_offsets.tolist())) == times

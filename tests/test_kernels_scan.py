@@ -6,11 +6,9 @@ import zlib
 import crc32c as crc32c_library
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from hpbroker.kernels import layout, scan_batches
-from hpbroker.kernels import batch_scan as bs
+from hpbroker.kernels import batch_scan as bs, layout, scan_batches
 from hpbroker.records import Record, encode_batch, encode_message_set
 
 MIN_LENGTH = {2: layout.BATCH_HEADER_SIZE - 12, 1: layout.LEGACY_V1_MIN_SIZE - 12, 0: layout.LEGACY_V0_MIN_SIZE - 12}
@@ -50,8 +48,10 @@ def python_scan(data: bytes, start=0, end=None, verify_crc=True, max_batches=Non
                 break
         base = struct.unpack_from(">q", entry)[0]
         if magic == 2:
-            (epoch, _, _, attrs, delta, base_ts, max_ts, pid, pepoch, seq, count) = struct.unpack_from(">ibIhiqqqhii", entry, 12)
-            row = (pos, size, base, base + delta, max_ts, base_ts, count, attrs, magic, int(ok), epoch, pid, pepoch, seq)
+            (epoch, _, _, attrs, delta, base_ts, max_ts, pid, pepoch, seq,
+             count) = struct.unpack_from(">ibIhiqqqhii", entry, 12)
+            row = (pos, size, base, base + delta, max_ts, base_ts, count, attrs, magic, int(ok), epoch, pid, pepoch,
+                   seq)
         else:
             ts = struct.unpack_from(">q", entry, 18)[0] if magic == 1 else -1
             row = (pos, size, base, base, ts, ts, 1, entry[17], magic, int(ok), -1, -1, -1, -1)
@@ -74,7 +74,8 @@ def assert_twins_agree(data: bytes, **kwargs):
 
 def v2_batch(base: int, n: int, *, codec=0, ts=1_700_000_000_000) -> bytes:
     records = [Record(offset=base + i, timestamp=ts + i, key=b"k%d" % i, value=b"v" * (i * 7)) for i in range(n)]
-    return encode_batch(records, base_offset=base, compression=codec, producer_id=7, producer_epoch=1, base_sequence=base)
+    return encode_batch(records, base_offset=base, compression=codec, producer_id=7, producer_epoch=1,
+                        base_sequence=base)
 
 
 entries = st.one_of(

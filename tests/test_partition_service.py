@@ -10,8 +10,17 @@ from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.records import Record, encode_batch, encode_message_set, iter_batches
 from hpbroker.storage import LogConfig, LogManager
-from hpbroker.workers.owner_calls import (Append, Batch, DeletePartition, EpochEnd, EpochEndOffset, Locate,
-                                          PartitionBounds, WaitForData, WaitReplicated)
+from hpbroker.workers.owner_calls import (
+    Append,
+    Batch,
+    DeletePartition,
+    EpochEnd,
+    EpochEndOffset,
+    Locate,
+    PartitionBounds,
+    WaitForData,
+    WaitReplicated,
+)
 from hpbroker.workers.partition import Role
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.topics import TopicRegistry

@@ -13,18 +13,29 @@ import logging
 import os
 import struct
 import sys
+from typing import Any, TypeVar
 
 import pytest
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers import owner_calls
-from hpbroker.workers.owner_calls import (Append, AppendResult, Done, Failed, Heartbeat, ListedOffset, ListOffset,
-                                          PartitionBounds, PartitionBoundsResult)
+from hpbroker.workers.owner_calls import (
+    Append,
+    AppendResult,
+    Done,
+    Failed,
+    Heartbeat,
+    ListedOffset,
+    ListOffset,
+    PartitionBounds,
+    PartitionBoundsResult,
+)
 from hpbroker.workers.owners import LocalOwner, Owners
 from hpbroker.workers.peers import PeerClient, PeerServer, PeerUnavailable, socket_name
 
 TIMEOUT_S = 5
 _tags = itertools.count()
+R = TypeVar("R")
 
 
 def unique_tag() -> str:
@@ -73,6 +84,13 @@ async def serving(tag: str, index: int = 0) -> tuple[PeerServer, Target]:
 
 async def entered(target: Target, name: str) -> None:
     await asyncio.wait_for(target.entered.setdefault(name, asyncio.Event()).wait(), TIMEOUT_S)
+
+
+async def ask(owners: Owners, call, worker: int, result_type: type[R]) -> R:
+    """``owners.ask(call, worker)``, checked to be a ``result_type``."""
+    result = await owners.ask(call, worker)
+    assert isinstance(result, result_type)
+    return result
 
 
 def test_a_call_returns_its_result_typed_as_declared():
@@ -126,11 +144,13 @@ def test_a_failure_reads_the_same_from_a_peer_and_from_this_worker(caplog):
         try:
             for here in (0, 1):
                 owners = Owners(here, 2, local if here == 1 else LocalOwner({}), client, 50)
-                assert (await owners.ask(ListOffset("t", 0, -99), 1)).error == ErrorCode.unknown_server_error
-                assert (await owners.ask(ListOffset("t", 0, -98), 1)).error == ErrorCode.kafka_storage_error
+                failed = await ask(owners, ListOffset("t", 0, -99), 1, ListedOffset)
+                assert failed.error == ErrorCode.unknown_server_error
+                on_disk = await ask(owners, ListOffset("t", 0, -98), 1, ListedOffset)
+                assert on_disk.error == ErrorCode.kafka_storage_error
                 assert (await owners.ask(PartitionBounds("t", 0), 1)) == PartitionBoundsResult(
                     ErrorCode.unknown_server_error)
-                assert (await owners.ask(ListOffset("t", 0, 7), 1)).offset == 7
+                assert (await ask(owners, ListOffset("t", 0, 7), 1, ListedOffset)).offset == 7
         finally:
             client.close()
             server.close()
@@ -148,10 +168,11 @@ def test_frames_that_are_no_owner_call_are_refused_and_the_channel_serves_on(cap
         tag = unique_tag()
         server, _ = await serving(tag)
         reader, writer = await asyncio.open_unix_connection(socket_name(tag, 0))
+        not_a_partition: Any = "zero"  # the wrong type on purpose: the receiver must refuse it
         try:
             bad = [owner_calls.encode(1, AppendResult(ErrorCode.none)),
                    owner_calls.encode(2, {"not": "a call"}),
-                   owner_calls.encode(3, Append("t", "zero", b"", 1)),
+                   owner_calls.encode(3, Append("t", not_a_partition, b"", 1)),
                    b"\xc1\xc1\xc1"]
             for body in bad + [owner_calls.encode(4, ListOffset("t", 0, 5))]:
                 writer.write(struct.pack(">I", len(body)) + body)
@@ -179,9 +200,9 @@ def test_a_call_to_a_worker_that_is_not_listening_is_unavailable_and_owners_say_
             with pytest.raises(PeerUnavailable, match="worker 1 is not reachable"):
                 await asyncio.wait_for(client.call(1, ListOffset("t", 0, 1)), TIMEOUT_S)
             owners = Owners(2, 3, LocalOwner({}), client, 50)
-            assert (await owners.ask(ListOffset("t", 0, 1), 1)).error == ErrorCode.not_leader_or_follower
-            assert (await owners.ask(Heartbeat("g", 1, "m"), 1)).error == ErrorCode.coordinator_not_available
-            assert (await owners.ask(ListOffset("t", 0, 1), 0)).offset == 1  # others unaffected
+            assert (await ask(owners, ListOffset("t", 0, 1), 1, ListedOffset)).error == ErrorCode.not_leader_or_follower
+            assert (await ask(owners, Heartbeat("g", 1, "m"), 1, Done)).error == ErrorCode.coordinator_not_available
+            assert (await ask(owners, ListOffset("t", 0, 1), 0, ListedOffset)).offset == 1  # others unaffected
         finally:
             client.close()
             server.close()

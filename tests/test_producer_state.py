@@ -6,13 +6,11 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hpbroker.kernels import scan_batches
 from hpbroker.records import Record, encode_batch, encode_control_batch
-from hpbroker.storage import filenames
-from hpbroker.storage import producer_state as ps
+from hpbroker.storage import filenames, producer_state as ps
 from hpbroker.storage.producer_state import ProducerStateManager, Verdict
 
 INT32_MAX = (1 << 31) - 1
@@ -148,7 +146,8 @@ def test_sequence_wraps_at_int32_max(psm):
     psm2.update(PID, 0, 0, INT32_MAX - 2, 0, INT32_MAX - 2, T0)
     assert psm2.check(PID, 0, INT32_MAX - 1, 4).verdict is Verdict.OK
     psm2.update(PID, 0, INT32_MAX - 1, ps.increment_sequence(INT32_MAX - 1, 3), 100, 103, T0)
-    assert psm2.entry(PID).last_seq == 1
+    entry = psm2.entry(PID)
+    assert entry is not None and entry.last_seq == 1
     dup = psm2.check(PID, 0, INT32_MAX - 1, 4)
     assert (dup.verdict, dup.first_offset, dup.last_offset) == (Verdict.DUPLICATE, 100, 103)
     assert psm2.check(PID, 0, 2, 1).verdict is Verdict.OK
@@ -157,8 +156,10 @@ def test_sequence_wraps_at_int32_max(psm):
 def test_check_batches_sees_earlier_batches_of_the_request(psm):
     p = Producer(psm)
     p.send(2, 0)
-    request = encode_batch([Record(i, T0, None, b"v") for i in range(3)], producer_id=PID, producer_epoch=0, base_sequence=2)
-    request += encode_batch([Record(i, T0, None, b"v") for i in range(2)], producer_id=PID, producer_epoch=0, base_sequence=5)
+    request = encode_batch([Record(i, T0, None, b"v") for i in range(3)], producer_id=PID, producer_epoch=0,
+                           base_sequence=2)
+    request += encode_batch([Record(i, T0, None, b"v") for i in range(2)], producer_id=PID, producer_epoch=0,
+                            base_sequence=5)
     scan = scan_batches(np.frombuffer(request, np.uint8))
     assert psm.check_batches(scan).verdict is Verdict.OK
     assert psm.check(PID, 0, 5, 2).error_code == 45  # checked one by one, the second has a gap
@@ -237,6 +238,7 @@ def test_entry_without_batch_round_trips(psm):
     fresh = ProducerStateManager(psm.partition_dir)
     fresh.load_latest_snapshot(1000)
     e = fresh.entry(9)
+    assert e is not None
     assert (e.producer_epoch, e.coordinator_epoch, e.last_seq, len(e.batches)) == (4, 17, -1, 0)
     assert fresh.check(9, 4, 0, 1).verdict is Verdict.OK
     assert fresh.check(9, 4, 1, 1).error_code == 45
@@ -265,7 +267,8 @@ def test_corrupt_snapshot_falls_back_to_older(psm, tmp_path, damage):
     open(newest, "wb").write(data)
     fresh = ProducerStateManager(str(tmp_path))
     assert fresh.load_latest_snapshot(10) == 5
-    assert fresh.entry(PID).last_seq == 4
+    entry = fresh.entry(PID)
+    assert entry is not None and entry.last_seq == 4
     assert fresh.list_snapshots() == [5]  # the corrupt one was deleted
 
 
@@ -377,7 +380,8 @@ def test_snapshot_then_replay_of_the_rest(tmp_path, ops, cut):
     first.load_from_batches([scan], from_offset=0)
     full_snapshot = ps.encode_snapshot(first.producers.values())
     head = ProducerStateManager(str(tmp_path))
-    head.load_from_batches(scan_batches(np.frombuffer(data, np.uint8), 0, int(scan.position[cut]) if cut < len(scan.position) else len(data)))
+    head.load_from_batches(scan_batches(np.frombuffer(data, np.uint8), 0,
+                                        int(scan.position[cut]) if cut < len(scan.position) else len(data)))
     head.take_snapshot(boundary)
     again = ProducerStateManager(str(tmp_path))
     start = again.load_latest_snapshot(live.end_offset)

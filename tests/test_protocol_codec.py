@@ -5,22 +5,34 @@ import io
 import struct
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
-from kio.serial import entity_reader, entity_writer
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
 from hpbroker.errors import ErrorCode
-from hpbroker.protocol import (SUPPORTED_VERSIONS, FrameSplitter, MalformedRequest, RequestHeader,
-                               UnsupportedApiKey, UnsupportedVersion, api_versions_response,
-                               decode_request, encode_response, request_type, response_type,
-                               unsupported_api_versions_response)
+from hpbroker.protocol import (
+    SUPPORTED_VERSIONS,
+    FrameSplitter,
+    MalformedRequest,
+    RequestHeader,
+    UnsupportedApiKey,
+    UnsupportedVersion,
+    api_versions_response,
+    decode_request,
+    encode_response,
+    request_type,
+    response_type,
+    unsupported_api_versions_response,
+)
 from hpbroker.protocol.schemas import request_header_version, response_header_version
 
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
 
 ADVERTISED = [(k, v) for k, (lo, hi) in SUPPORTED_VERSIONS.items() for v in range(lo, hi + 1)]
+# hypothesis leaves HealthCheckMeta.__iter__ unannotated, so pyright reads this as a list of the metaclass.
+ALL_HEALTH_CHECKS: list[HealthCheck] = list(HealthCheck)  # pyright: ignore[reportAssignmentType]
 
 
 def kio_bytes(obj) -> bytes:
@@ -42,11 +54,13 @@ def request_frame(api_key, version, obj, correlation_id=9, client_id=b"cid") -> 
 
 @pytest.mark.parametrize("api_key,version", ADVERTISED)
 def test_every_advertised_request_version_round_trips(api_key, version):
-    strategy = st.from_type(request_type(api_key, version))
+    schema = request_type(api_key, version)
+    assert schema is not None
+    strategy = st.from_type(schema)
     if api_key == 0 and version < 3:
         strategy = strategy.filter(lambda r: r.transactional_id is None)
 
-    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=8, deadline=None, suppress_health_check=ALL_HEALTH_CHECKS)
     @given(strategy)
     def check(request):
         try:
@@ -64,8 +78,11 @@ def test_every_advertised_request_version_round_trips(api_key, version):
 
 @pytest.mark.parametrize("api_key,version", [kv for kv in ADVERTISED if not (kv[0] == 0 and kv[1] < 3)])
 def test_every_advertised_response_version_round_trips(api_key, version):
-    @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.from_type(response_type(api_key, version)))
+    schema = response_type(api_key, version)
+    assert schema is not None
+
+    @settings(max_examples=6, deadline=None, suppress_health_check=ALL_HEALTH_CHECKS)
+    @given(st.from_type(schema))
     def check(response):
         data = encode_response(RequestHeader(api_key, version, 77, None, 1), response)
         assert struct.unpack_from(">ii", data) == (len(data) - 4, 77)
@@ -77,7 +94,7 @@ def test_every_advertised_response_version_round_trips(api_key, version):
 
 
 def _metadata_request_frame():
-    request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="t"),),
+    request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName("t")),),
                               allow_auto_topic_creation=True, include_topic_authorized_operations=False)
     return request_frame(3, 12, request)
 
@@ -98,6 +115,7 @@ def test_garbage_body_is_malformed_never_an_index_or_struct_error():
 
 def test_trailing_bytes_are_ignored_like_kafka():
     header, request = decode_request(_metadata_request_frame() + b"extra")
+    assert isinstance(request, MetadataRequest) and request.topics is not None
     assert request.topics[0].name == "t"
 
 
@@ -137,7 +155,9 @@ def test_api_versions_response_header_is_always_v0(version):
     frame = encode_response(RequestHeader(18, version, 3, None, 2), api_versions_response(version))
     # Right after the correlation id comes error_code 0, not a tagged-field byte.
     assert frame[4:10] == struct.pack(">ih", 3, 0)
-    got, _ = entity_reader(response_type(18, version))(frame, 8)
+    schema = response_type(18, version)
+    assert schema is not None
+    got, _ = entity_reader(schema)(frame, 8)
     assert {a.api_key: (a.min_version, a.max_version) for a in got.api_keys} == dict(SUPPORTED_VERSIONS)
     assert got.error_code == ErrorCode.none
 
@@ -154,6 +174,7 @@ def test_decode_from_splitter_memoryview():
     data = _metadata_request_frame()
     [frame] = FrameSplitter().feed(struct.pack(">i", len(data)) + data)
     header, request = decode_request(frame)
+    assert isinstance(request, MetadataRequest) and request.topics is not None
     assert header.api_version == 12 and request.topics[0].name == "t"
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from kio.schema.metadata.v1.request import MetadataRequest
 
 from harness.request_samples import all_samples, sample_body, sample_frame
 from hpbroker.protocol import MalformedRequest, decode_request
@@ -21,7 +22,8 @@ def test_every_mutant_decodes_or_is_rejected():
     done = subprocess.run([sys.executable, "-m", "tests.fuzz_requests", "--seconds", "40"], capture_output=True,
                           text=True, timeout=300)
     summary = [line for line in done.stdout.splitlines() if line.startswith("fuzzed")]
-    assert done.returncode == 0, f"fuzzing failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, \
+        f"fuzzing failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     assert summary and " 0 failures" in summary[0], done.stdout[-3000:]
     # every seed was reached within the time given
     seeds, total = summary[0].split(" of ")[1].split(" seeds")[0].split("/")
@@ -58,6 +60,7 @@ def test_nullable_array_may_be_null():
     # Metadata v1+: topics null means "all topics"
     frame = struct.pack(">hhih", 3, 1, 1, 4) + b"fuzz" + struct.pack(">i", -1)
     _, request = decode_request(frame)
+    assert isinstance(request, MetadataRequest)
     assert request.topics is None
 
 
@@ -69,4 +72,6 @@ def test_check_body_passes_every_sample():
         if key == 0 and version <= 2:
             continue  # legacy produce is checked after its conversion to v3
         _, offset = parse_request_header(frame, request_header_version(key, version))
-        assert check_body(request_type(key, version), frame, offset) == []
+        schema = request_type(key, version)
+        assert schema is not None
+        assert check_body(schema, frame, offset) == []

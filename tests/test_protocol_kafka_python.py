@@ -9,23 +9,34 @@ import dataclasses
 import datetime
 import importlib
 import uuid
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.old import produce as old_produce
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from hpbroker.errors import ErrorCode
-from hpbroker.protocol import (SUPPORTED_VERSIONS, FrameSplitter, api_versions_response, decode_request,
-                               encode_response, response_type, unsupported_api_versions_response)
+from hpbroker.protocol import (
+    SUPPORTED_VERSIONS,
+    FrameSplitter,
+    RequestHeader,
+    api_versions_response,
+    decode_request,
+    encode_response,
+    response_type,
+    unsupported_api_versions_response,
+)
 
 TOPIC_ID = uuid.UUID("6c1a0d4e-2f43-4a63-9d0b-0d5f3b1e2a77")
 BATCH = bytes(range(70))  # opaque to the protocol layer
 
 
-def ours(kafka_python_request, correlation_id=11):
-    """Encode with kafka-python, split and decode with ours."""
+def ours(kafka_python_request, correlation_id=11) -> tuple[RequestHeader, Any]:
+    """Encode with kafka-python, split and decode with ours.  The request is the
+    kio class of the header's version, so its type is known only at run time."""
     kafka_python_request.with_header(correlation_id=correlation_id, client_id="kp-test")
     wire = kafka_python_request.encode(header=True, framed=True)
     [frame] = FrameSplitter().feed(wire)
@@ -204,7 +215,8 @@ def test_list_offsets(version):
 
     m = module_of(2, version)
     response = m.ListOffsetsResponse(throttle_time=ms(0), topics=(m.ListOffsetsTopicResponse(name="orders", partitions=(
-        m.ListOffsetsPartitionResponse(partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=123, leader_epoch=0),)),))
+        m.ListOffsetsPartitionResponse(partition_index=0, error_code=ErrorCode.none, timestamp=-1, offset=123,
+                                       leader_epoch=0),)),))
     got = theirs(ListOffsetsResponse, version, header, response)
     [(t)] = got.topics
     assert [(p.partition_index, p.offset) for p in t.partitions] == [(0, 123)]

@@ -1,6 +1,7 @@
 """Record batch v2: encode/decode round trips, CRC, stamping, and bad input."""
 
 import struct
+from typing import Any
 
 import crc32c
 import pytest
@@ -153,7 +154,8 @@ def test_header_properties():
 
 def test_records_keep_list_headers_comparable():
     # A list of headers is normalised to a tuple so equal records compare equal.
-    assert Record(0, 0, None, None, [Header(b"a", None)]) == Record(0, 0, None, None, (Header(b"a", None),))
+    as_list: Any = [Header(b"a", None)]  # not the annotated tuple, on purpose
+    assert Record(0, 0, None, None, as_list) == Record(0, 0, None, None, (Header(b"a", None),))
 
 
 @FAST
@@ -310,8 +312,9 @@ def test_encode_rejects_offset_delta_beyond_int32():
 
 
 def test_encode_rejects_null_header_key():
+    no_key: Any = None  # the wrong type on purpose: the encoder must refuse it
     with pytest.raises(ValueError):
-        encode_batch([Record(0, 0, None, None, (Header(None, b"v"),))])
+        encode_batch([Record(0, 0, None, None, (Header(no_key, b"v"),))])
 
 
 # --- agreement with another implementation ----------------------------------------

@@ -7,7 +7,14 @@ import pytest
 
 from hpbroker.kernels import layout
 from hpbroker.records import (
-    CorruptRecordError, Header, InvalidCrcError, Record, decode_batch, encode_batch, encode_control_batch, read_header,
+    CorruptRecordError,
+    Header,
+    InvalidCrcError,
+    Record,
+    decode_batch,
+    encode_batch,
+    encode_control_batch,
+    read_header,
 )
 from hpbroker.records.batch import compute_crc
 from hpbroker.records.compression import XERIAL_MAGIC, compress, decompress

@@ -46,6 +46,7 @@ def test_a_boot_failure_reason_is_cut_even_inside_a_character():
     data = encode(Kind.BOOT_FAILED, reason)
     assert len(data) == len(b"boot-failed ") + control_channel.MAX_REASON
     got = decode(encode(Kind.BOOT_FAILED, "x" + reason)).payload
+    assert isinstance(got, str)
     assert got.startswith("x" + "é" * 99) and got.endswith("\ufffd")
 
 

@@ -5,16 +5,24 @@ the middle of a swap, the cleaner checkpoint, and a pass beside appends."""
 import os
 import shutil
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.records import Record, encode_batch
-from hpbroker.storage import InvalidRecordError, Log, LogConfig, LogManager, filenames
-from hpbroker.storage import checkpoints, cleaner, cleaner_plan
+from hpbroker.storage import (
+    InvalidRecordError,
+    Log,
+    LogConfig,
+    LogManager,
+    checkpoints,
+    cleaner,
+    cleaner_plan,
+    filenames,
+)
 from hpbroker.storage.batch_filter import BatchFacts, Verdict, verdict
 from hpbroker.storage.config import ConfigError
 from hpbroker.storage.segment import LogSegment
@@ -26,8 +34,8 @@ CODECS = [layout.CODEC_NONE, layout.CODEC_GZIP, layout.CODEC_SNAPPY, layout.CODE
 
 
 def compact_config(**overrides) -> LogConfig:
-    values = dict(segment_bytes=1500, cleanup_policy="compact", file_delete_delay_ms=0, index_interval_bytes=100,
-                  delete_retention_ms=DAY, retention_ms=-1)
+    values: dict[str, Any] = dict(segment_bytes=1500, cleanup_policy="compact", file_delete_delay_ms=0,
+                                  index_interval_bytes=100, delete_retention_ms=DAY, retention_ms=-1)
     values.update(overrides)
     return LogConfig(**values)
 
@@ -176,6 +184,7 @@ def test_tombstones_survive_until_the_delete_horizon(tmp_path):
     cleaner.clean_log(log, T0 + 999)  # before the horizon: still there
     assert (2, b"a", None) in read_records(log)
     plan = cleaner_plan.plan(log, T0 + 1000)
+    assert plan is not None
     assert plan.delete_horizon_passed and plan.worth_cleaning(0.5)
     cleaner.clean_log(log, T0 + 1000)
     assert read_records(log) == [(1, b"b", b"1"), (3, b"z", b"active")]
@@ -214,9 +223,11 @@ def test_an_idempotent_batch_that_loses_all_records_stays_as_an_empty_batch(tmp_
     cleaner.clean_log(log, T0)
     batches = read_batches(log)
     empty = [b for b in batches if b.header.record_count == 0]
-    assert [(b.header.base_offset, b.header.last_offset, b.header.base_sequence) for b in empty] == [(0, 1, 0), (2, 3, 2), (4, 5, 4)]
+    assert [(b.header.base_offset, b.header.last_offset, b.header.base_sequence) for b in empty] \
+        == [(0, 1, 0), (2, 3, 2), (4, 5, 4)]
     for b in empty:
-        assert (b.header.producer_id, b.header.producer_epoch, b.header.batch_length) == (pid, 3, layout.BATCH_HEADER_SIZE - 12)
+        assert (b.header.producer_id, b.header.producer_epoch, b.header.batch_length) \
+            == (pid, 3, layout.BATCH_HEADER_SIZE - 12)
     assert read_records(log) == [(6, b"k", b"plain"), (7, b"other", b"last")]
     # The producer state still knows the last sequence after a crash and a replay.
     log.close()
@@ -224,7 +235,8 @@ def test_an_idempotent_batch_that_loses_all_records_stays_as_an_empty_batch(tmp_
         if name.endswith(filenames.SNAPSHOT_SUFFIX):
             os.unlink(os.path.join(log.directory, name))
     reopened = open_log(log.directory)
-    assert reopened.producer_state.entry(pid).last_seq == 5
+    entry = reopened.producer_state.entry(pid)
+    assert entry is not None and entry.last_seq == 5
     reopened.append(keyed([(b"k", b"next")], producer_id=pid, producer_epoch=3, base_sequence=6))
     reopened.close()
 
@@ -279,14 +291,17 @@ def test_dirty_ratio_and_max_compaction_lag_decide_eligibility(tmp_path):
     for i in range(20):
         log.append(keyed([(b"k%d" % i, b"v" * 50)], ts=T0))
     log.roll()
-    assert cleaner_plan.plan(log, T0).dirty_ratio == 1.0
+    first = cleaner_plan.plan(log, T0)
+    assert first is not None and first.dirty_ratio == 1.0
     cleaner.clean_log(log, T0)
     log.append(keyed([(b"k0", b"new")], ts=T0))
     log.roll()
     plan = cleaner_plan.plan(log, T0)
+    assert plan is not None
     assert 0 < plan.dirty_ratio < 0.5 and not plan.worth_cleaning(0.5)
     assert plan.worth_cleaning(0.01)
     late = cleaner_plan.plan(log, T0 + DAY + 1)
+    assert late is not None
     assert late.max_lag_exceeded and late.worth_cleaning(0.5)
     log.close()
 
@@ -502,7 +517,8 @@ def test_cleaning_in_another_thread_loses_no_appends(tmp_path):
     records = read_records(log)
     assert {k: (o, v) for o, k, v in records} == model
     active_base = log.active_segment.base_offset
-    assert [r for r in records if r[0] >= active_base] == [(o, b"k%d" % (o % 400), b"v%d" % o) for o in range(active_base, 3000)]
+    assert [r for r in records if r[0] >= active_base] \
+        == [(o, b"k%d" % (o % 400), b"v%d" % o) for o in range(active_base, 3000)]
     log.close()
     reopened = open_log(log.directory)
     assert read_records(reopened) == records
@@ -547,8 +563,8 @@ def test_one_pass_at_a_time(tmp_path):
 
 
 def _facts(**overrides) -> BatchFacts:
-    values = dict(magic=2, is_control=False, has_delete_horizon=False, base_timestamp=T0, record_count=3,
-                  producer_id=-1, kept=3, kept_tombstones=0)
+    values: dict[str, Any] = dict(magic=2, is_control=False, has_delete_horizon=False, base_timestamp=T0,
+                                  record_count=3, producer_id=-1, kept=3, kept_tombstones=0)
     values.update(overrides)
     return BatchFacts(**values)
 

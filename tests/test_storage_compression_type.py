@@ -80,7 +80,8 @@ def test_message_format_version_is_accepted_and_changes_nothing(value):
 def test_broker_level_settings():
     config = BrokerConfig.from_sources(overrides={"compression.type": "gzip", "compression.gzip.level": "9",
                                                   "log.message.format.version": "2.8"})
-    assert (config.log.target_codec, config.log.compression_level, config.log.message_format_version) == (GZIP, 9, "2.8")
+    assert (config.log.target_codec, config.log.compression_level, config.log.message_format_version) \
+        == (GZIP, 9, "2.8")
     # a topic's own setting wins over the broker's
     assert config.log.with_overrides({"compression.type": "producer"}).target_codec is None
     with pytest.raises(ConfigError, match="compression.type"):
@@ -128,7 +129,8 @@ def test_log_append_time_is_stamped_on_the_recompressed_batch(tmp_path):
 
 
 def _idempotent(seq: int, count: int = 5) -> bytes:
-    records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"k", value=b"v%d" % (seq + i)) for i in range(count)]
+    records = [Record(offset=i, timestamp=1_700_000_000_000 + i, key=b"k", value=b"v%d" % (seq + i))
+               for i in range(count)]
     return encode_batch(records, compression=LZ4, producer_id=77, producer_epoch=2, base_sequence=seq)
 
 
@@ -142,6 +144,7 @@ def test_idempotent_producers_keep_their_sequence_and_retries_are_deduplicated(t
     assert [(h.compression, h.producer_id, h.producer_epoch, h.base_sequence) for h in headers] == \
            [(ZSTD, 77, 2, 0), (ZSTD, 77, 2, 5)]
     entry = log.producer_state.entry(77)
+    assert entry is not None
     assert (entry.last_seq, entry.last_data_offset) == (9, 9)
 
 

@@ -187,6 +187,7 @@ def test_a_snapshot_above_a_torn_tail_is_dropped(tmp_path):
     log.append(kept)
     log.append(torn)
     torn_at = log.read(2, 1)
+    assert torn_at is not None
     log.close()
     assert snapshots(log) == [4]
     with open(log.active_segment.log_path, "r+b") as f:

@@ -3,8 +3,7 @@
 import bisect
 import struct
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from hpbroker.storage import checkpoints
 from hpbroker.storage.offset_index import OffsetIndex
@@ -14,7 +13,8 @@ BASE = 1000
 
 
 @settings(max_examples=60, deadline=None)
-@given(gaps=st.lists(st.tuples(st.integers(1, 500), st.integers(1, 9000)), max_size=200), probes=st.lists(st.integers(BASE - 10, BASE + 60_000), max_size=40))
+@given(gaps=st.lists(st.tuples(st.integers(1, 500), st.integers(1, 9000)), max_size=200),
+       probes=st.lists(st.integers(BASE - 10, BASE + 60_000), max_size=40))
 def test_offset_index_lookup_matches_bisect(tmp_path_factory, gaps, probes):
     path = str(tmp_path_factory.mktemp("idx") / "00000000000000001000.index")
     index = OffsetIndex(path, BASE, 10 * 1024 * 1024)
@@ -40,7 +40,8 @@ def test_offset_index_lookup_matches_bisect(tmp_path_factory, gaps, probes):
 
 
 @settings(max_examples=60, deadline=None)
-@given(stamps=st.lists(st.tuples(st.integers(-5, 1000), st.integers(0, 50)), max_size=200), probes=st.lists(st.integers(0, 60_000), max_size=40))
+@given(stamps=st.lists(st.tuples(st.integers(-5, 1000), st.integers(0, 50)), max_size=200),
+       probes=st.lists(st.integers(0, 60_000), max_size=40))
 def test_time_index_keeps_increasing_timestamps_and_looks_up_the_floor(tmp_path_factory, stamps, probes):
     path = str(tmp_path_factory.mktemp("tidx") / "00000000000000001000.timeindex")
     index = TimeIndex(path, BASE, 10 * 1024 * 1024)

@@ -20,8 +20,8 @@ from hpbroker.storage import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnsupportedFormatError,
+    filenames,
 )
-from hpbroker.storage import filenames
 from tests.log_helpers import batches_in, make_batch, read_all
 
 T0 = 1_700_000_000_000
@@ -118,15 +118,20 @@ def test_read_returns_whole_batches_within_max_bytes_but_at_least_one(tmp_path):
         log.append(make_batch(n))
     # max_bytes that ends in the middle of the third batch: two whole batches.
     found = log.read(0, sizes[0] + sizes[1] + 5)
+    assert found is not None
     assert found.size == sizes[0] + sizes[1]
     assert [b.header.base_offset for b in batches_in(found.tobytes())] == [0, 1]
     # smaller than the first batch: that batch alone, as Kafka does
-    assert log.read(1, 1).size == sizes[1]
+    alone = log.read(1, 1)
+    assert alone is not None and alone.size == sizes[1]
     assert log.read(1, 1, min_one=False) is None
     # an offset inside a batch returns the batch that holds it
-    assert batches_in(log.read(4, 1).tobytes())[0].header.base_offset == 3
+    inside = log.read(4, 1)
+    assert inside is not None
+    assert batches_in(inside.tobytes())[0].header.base_offset == 3
     # max_offset keeps batches that start at or above it out
     found = log.read(0, 1 << 20, max_offset=3)
+    assert found is not None
     assert [b.header.base_offset for b in batches_in(found.tobytes())] == [0, 1]
 
 
@@ -274,8 +279,7 @@ def test_corrupt_record_error_is_a_value_error():
 
 
 def test_background_checkpoints_are_all_written_by_close(tmp_path):
-    from hpbroker.storage import LogManager
-    from hpbroker.storage import checkpoints as ckpt
+    from hpbroker.storage import LogManager, checkpoints as ckpt
 
     logs = LogManager([str(tmp_path)], LogConfig(), background_checkpoints=True).open()
     partition_log = logs.get_or_create_log("events", 0)

@@ -6,8 +6,7 @@ import shutil
 import struct
 import tempfile
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from hpbroker.kernels import layout
@@ -15,16 +14,18 @@ from hpbroker.records import Record, encode_batch
 from hpbroker.storage import Log, LogConfig
 from tests.log_helpers import read_all
 
-CODECS = st.sampled_from([layout.CODEC_NONE, layout.CODEC_GZIP, layout.CODEC_SNAPPY, layout.CODEC_LZ4, layout.CODEC_ZSTD])
+CODECS = st.sampled_from([layout.CODEC_NONE, layout.CODEC_GZIP, layout.CODEC_SNAPPY, layout.CODEC_LZ4,
+                          layout.CODEC_ZSTD])
 
 
 class LogModel(RuleBasedStateMachine):
     @initialize(segment_bytes=st.integers(1000, 4000), interval=st.integers(0, 400))
     def open(self, segment_bytes, interval):
         self.tmp = tempfile.mkdtemp(prefix="hpbroker-model-")
-        self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval, file_delete_delay_ms=0, retention_ms=-1)
+        self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=interval, file_delete_delay_ms=0,
+                                retention_ms=-1)
         self.log = Log.open(os.path.join(self.tmp, "m-0"), "m", 0, self.config)
-        self.model: list[tuple[int, int, bytes, bytes]] = []  # offset, timestamp, key, value
+        self.model: list[tuple[int, int, bytes | None, bytes | None]] = []  # offset, timestamp, key, value
         self.start = 0
         self.last_batch: tuple[int, int] | None = None  # base offset, size of the newest batch
 
@@ -35,7 +36,8 @@ class LogModel(RuleBasedStateMachine):
     def append(self, count, value_size, ts_step, codec):
         base_ts = 1_700_000_000_000 + len(self.model) * 10
         records = [
-            Record(offset=i, timestamp=base_ts + i * ts_step, key=f"k{len(self.model) + i}".encode(), value=os.urandom(value_size))
+            Record(offset=i, timestamp=base_ts + i * ts_step, key=f"k{len(self.model) + i}".encode(),
+                   value=os.urandom(value_size))
             for i in range(count)
         ]
         data = encode_batch(records, compression=codec)
@@ -54,6 +56,7 @@ class LogModel(RuleBasedStateMachine):
             return
         offset = data.draw(st.integers(self.start, len(self.model) - 1))
         found = self.log.read(offset, max_bytes)
+        assert found is not None
         raw = found.tobytes()
         first_base = struct.unpack_from(">q", raw)[0]
         assert first_base <= offset
@@ -110,7 +113,8 @@ class LogModel(RuleBasedStateMachine):
 
     @invariant()
     def every_live_record_reads_back(self):
-        got = [(r.offset, r.timestamp, r.key, r.value) for r in read_all(self.log, max(self.start, self.log.log_start_offset))]
+        got = [(r.offset, r.timestamp, r.key, r.value)
+               for r in read_all(self.log, max(self.start, self.log.log_start_offset))]
         assert got == [m for m in self.model if m[0] >= max(self.start, self.log.log_start_offset)]
 
 

@@ -7,8 +7,7 @@ import struct
 import pytest
 
 from hpbroker.kernels import layout
-from hpbroker.storage import Log, LogConfig, LogManager
-from hpbroker.storage import checkpoints, filenames
+from hpbroker.storage import Log, LogConfig, LogManager, checkpoints, filenames
 from tests.log_helpers import make_batch, read_all
 
 T0 = 1_700_000_000_000
@@ -60,6 +59,7 @@ def test_torn_tail_is_cut_at_the_last_whole_batch(tmp_path, caplog):
     expected = read_all(log)
     last = log.active_segment
     last_batch = log.read(log.written_offset - 1, 1)
+    assert last_batch is not None
     torn_base = struct.unpack_from(">q", last_batch.tobytes())[0]
     crash(log)
     with open(last.log_path, "r+b") as f:
@@ -100,6 +100,7 @@ def test_a_bad_crc_mid_log_cuts_there_and_drops_later_segments(tmp_path, caplog)
     log = fill(tmp_path, batches=60)
     victim = log.segments[1]
     found = victim.find_batch(victim.base_offset + 3)
+    assert found is not None
     paths_after = [s.log_path for s in log.segments[2:]]
     crash(log)
     with open(victim.log_path, "r+b") as f:
@@ -165,8 +166,10 @@ def test_log_manager_writes_kafka_checkpoints_and_the_clean_shutdown_marker(tmp_
 
     again = LogManager([root]).open()
     assert again.had_clean_shutdown and not os.path.exists(os.path.join(root, filenames.CLEAN_SHUTDOWN_FILE))
-    assert again.get_log("other", 0).log_start_offset == 4
-    assert [r.offset for r in read_all(again.get_log("events", 2))] == [0, 1, 2]
+    other, events = again.get_log("other", 0), again.get_log("events", 2)
+    assert other is not None and events is not None
+    assert other.log_start_offset == 4
+    assert [r.offset for r in read_all(events)] == [0, 1, 2]
     again.close()
 
 

@@ -26,7 +26,8 @@ def test_units_verify(tmp_path):
         text = (REPO / "systemd" / name).read_text().replace("/opt/hpbroker", str(REPO))
         (tmp_path / name.replace("@.", "@b1.")).write_text(text)
     (tmp_path / "hpbroker@.service").write_text((tmp_path / "hpbroker@b1.service").read_text())
-    result = subprocess.run(["systemd-analyze", "verify", "hpbroker.service", "hpbroker.socket", "./hpbroker@b1.service"],
+    result = subprocess.run(["systemd-analyze", "verify", "hpbroker.service", "hpbroker.socket",
+                             "./hpbroker@b1.service"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "", result.stderr
@@ -99,7 +100,8 @@ def test_socket_activation_the_acceptor_adopts_the_passed_listener(tmp_path):
                 "os.execv(sys.executable, [sys.executable, '-m', 'hpbroker', 'serve', *sys.argv[2:]])")
     fd = listener.fileno()
     broker = subprocess.Popen(
-        [sys.executable, "-c", launcher, str(fd), "--data-dir", str(tmp_path / "data"), "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-c", launcher, str(fd), "--data-dir", str(tmp_path / "data"),
+         "--listen", f"127.0.0.1:{port}"],
         stderr=stderr, cwd=REPO, pass_fds=(fd,))
     listener.close()  # only the broker holds it now
     try:

@@ -4,8 +4,15 @@ bound on both sides, and errors that say where and what."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from hpbroker.varint import (UINT64_BITS, OverlongVarint, TruncatedVarint, VarintError, decode_uvarint,
-                             encode_uvarint, max_bytes)
+from hpbroker.varint import (
+    UINT64_BITS,
+    OverlongVarint,
+    TruncatedVarint,
+    VarintError,
+    decode_uvarint,
+    encode_uvarint,
+    max_bytes,
+)
 
 
 @pytest.mark.parametrize("value, encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),

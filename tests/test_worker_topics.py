@@ -89,18 +89,23 @@ def test_segment_descriptors_follow_a_file_replaced_under_the_same_name(tmp_path
     path.write_bytes(b"old segment")
     files = SegmentFiles()
     first = files.fd(str(path))
+    assert first is not None
     assert os.pread(first, 3, 0) == b"old"
     old_identity = (os.fstat(first).st_dev, os.fstat(first).st_ino)
     # compaction swaps a cleaned segment in under the same name
     replacement = tmp_path / "00000000000000000000.log.swap"
     replacement.write_bytes(b"new segment")
     os.replace(replacement, path)
-    assert os.pread(files.fd(str(path)), 3, 0) == b"new"
+    reopened = files.fd(str(path))
+    assert reopened is not None
+    assert os.pread(reopened, 3, 0) == b"new"
     # positions computed on the old file must not be read from the new one
     assert files.fd(str(path), old_identity) is None
     # retention renames a segment to .deleted while readers may still ask for it
     os.rename(path, str(path) + ".deleted")
-    assert os.pread(files.fd(str(path)), 3, 0) == b"new"
+    still_open = files.fd(str(path))
+    assert still_open is not None
+    assert os.pread(still_open, 3, 0) == b"new"
     os.unlink(str(path) + ".deleted")
     assert files.fd(str(path)) is None
     files.close()

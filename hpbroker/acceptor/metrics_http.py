@@ -60,7 +60,8 @@ class MetricsEndpoint:
             kind = b"text/plain; version=0.0.4; charset=utf-8"
         else:
             body, status, kind = b"not found: try /metrics\n", b"404 Not Found", b"text/plain"
-        head = b"HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (status, kind, len(body))
+        head = (b"HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                % (status, kind, len(body)))
         conn.settimeout(2.0)  # a scraper that does not read does not get to stall the acceptor long
         try:
             conn.sendall(head + body)

@@ -47,6 +47,7 @@ import selectors
 import signal
 import socket
 import time
+from typing import cast
 
 from hpbroker.acceptor import membership
 from hpbroker.acceptor.metrics_http import MetricsEndpoint
@@ -56,8 +57,8 @@ from hpbroker.cluster.member import ClusterJoinError
 from hpbroker.server import control_channel, metrics_dir
 from hpbroker.server.config import BrokerConfig, parse_listener
 from hpbroker.server.control_channel import ControlMessageError, Kind
-from hpbroker.storage.log_dir_roots import LogDirRoots
 from hpbroker.storage.config import ConfigError
+from hpbroker.storage.log_dir_roots import LogDirRoots
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class Supervisor:
         except Exception as exc:
             self._leave_cluster()
             raise BrokerStartError(str(exc)) from None
+        assert self.root.cluster_id is not None  # open() settled it
         self.cluster_id = self.root.cluster_id
         try:
             self._start_serving()
@@ -207,7 +209,7 @@ class Supervisor:
         signal.set_wakeup_fd(-1)
         for key in list(self.selector.get_map().values()):
             if key.data == "metrics-client":
-                key.fileobj.close()
+                cast(socket.socket, key.fileobj).close()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.sock.close()
         self.selector.close()
@@ -230,6 +232,7 @@ class Supervisor:
                 if key.data == "accept":
                     self._accept()
                 elif key.data == "metrics":
+                    assert self.metrics_endpoint is not None  # registered only when there is one
                     try:
                         for conn in self.metrics_endpoint.accept():
                             self.selector.register(conn, selectors.EVENT_READ, "metrics-client")
@@ -238,9 +241,11 @@ class Supervisor:
                             raise
                         self._pause_accepting(exc)
                 elif key.data == "metrics-client":
-                    if self.metrics_endpoint.readable(key.fileobj):
-                        self.selector.unregister(key.fileobj)
-                        key.fileobj.close()
+                    assert self.metrics_endpoint is not None
+                    client = cast(socket.socket, key.fileobj)
+                    if self.metrics_endpoint.readable(client):
+                        self.selector.unregister(client)
+                        client.close()
                 elif key.data == "signal":
                     self._drain_wakeup()
                 else:
@@ -309,12 +314,13 @@ class Supervisor:
             self.selector.unregister(self.listener)
         self.accepting = wanted
         # the metrics listener too pauses while descriptors are short (it would spin as well)
-        scrape = self.metrics_endpoint is not None and not self.accept_paused_until and not self.stopping
-        if scrape != self.scraping:
+        endpoint = self.metrics_endpoint
+        scrape = endpoint is not None and not self.accept_paused_until and not self.stopping
+        if endpoint is not None and scrape != self.scraping:
             if scrape:
-                self.selector.register(self.metrics_endpoint.sock, selectors.EVENT_READ, "metrics")
+                self.selector.register(endpoint.sock, selectors.EVENT_READ, "metrics")
             else:
-                self.selector.unregister(self.metrics_endpoint.sock)
+                self.selector.unregister(endpoint.sock)
             self.scraping = scrape
 
     def _accept(self) -> None:
@@ -379,7 +385,8 @@ class Supervisor:
             log.error("reload failed, keeping the running settings: %s", exc)
             self.notifier.ready(f"reload failed: {exc}")
             return
-        changed = sorted(k for k in set(new.props) | set(self.config.props) if new.props.get(k) != self.config.props.get(k))
+        changed = sorted(k for k in set(new.props) | set(self.config.props)
+                         if new.props.get(k) != self.config.props.get(k))
         frozen = [k for k in changed if k in RESTART_ONLY_KEYS]
         live = {k: v for k, v in new.props.items() if k not in RESTART_ONLY_KEYS}
         live.update({k: v for k, v in self.config.props.items() if k in RESTART_ONLY_KEYS})

@@ -44,12 +44,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from hpbroker.acceptor.handoff import HandOff
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
-from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Kind
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
 from hpbroker.server.logging_setup import Throttled
 
 log = logging.getLogger(__name__)
@@ -203,9 +203,10 @@ class WorkerPool:
             elif message.kind is Kind.CLOSED:
                 slot.connections = max(0, slot.connections - 1)
             elif message.kind is Kind.HEARTBEAT:
-                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = message.payload
+                # the payload a kind carries is checked by control_channel.decode
+                slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = cast(Heartbeat, message.payload)
             elif message.kind is Kind.BOOT_FAILED:
-                slot.boot_error = message.payload
+                slot.boot_error = cast(str, message.payload)
             else:
                 self.bad_messages.log(logging.WARNING, ("kind", slot.index), "ignoring a %s message from worker %d: "
                                       "it is the acceptor's to send", message.kind.value, slot.index)
@@ -309,7 +310,7 @@ class WorkerPool:
                 channels.register(sock, selectors.EVENT_READ)
             while waiting and time.monotonic() < deadline:
                 for key, _ in channels.select(max(0.0, deadline - time.monotonic())):
-                    sock = key.fileobj
+                    sock = cast(socket.socket, key.fileobj)
                     try:
                         data = sock.recv(control_channel.MAX_MESSAGE)
                     except BlockingIOError:

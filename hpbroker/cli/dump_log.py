@@ -27,7 +27,8 @@ _STOP_REASONS = {
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("dump-log", help="print the batches of .log files and the entries of .index/.timeindex files")
+    parser = sub.add_parser("dump-log",
+                            help="print the batches of .log files and the entries of .index/.timeindex files")
     parser.add_argument("files", nargs="+", metavar="FILE", help=".log, .index or .timeindex files")
     parser.add_argument("--records", action="store_true", help="print every record: key, value and headers")
     parser.add_argument("--index", action="store_true", help="with a .log, also dump its .index and .timeindex")
@@ -43,7 +44,8 @@ def run(args) -> int:
         paths = [path]
         if args.index and path.endswith(filenames.LOG_SUFFIX):
             stem = path[: -len(filenames.LOG_SUFFIX)]
-            paths += [p for p in (stem + filenames.INDEX_SUFFIX, stem + filenames.TIME_INDEX_SUFFIX) if os.path.exists(p)]
+            paths += [p for p in (stem + filenames.INDEX_SUFFIX, stem + filenames.TIME_INDEX_SUFFIX)
+                      if os.path.exists(p)]
         for each in paths:
             print(f"Dumping {each}")
             if each.endswith(filenames.LOG_SUFFIX):
@@ -123,7 +125,8 @@ def _batch_line(h, position: int, ok: bool) -> str:
         f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
         f"isTransactional: {_bool(h.is_transactional)} isControl: {_bool(h.is_control)} deleteHorizonMs: {horizon} "
         f"position: {position} {time_name}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
-        f"compresscodec: {layout.CODEC_NAMES[h.compression] if h.compression < len(layout.CODEC_NAMES) else h.compression} "
+        f"compresscodec: "
+        f"{layout.CODEC_NAMES[h.compression] if h.compression < len(layout.CODEC_NAMES) else h.compression} "
         f"crc: {h.crc} isvalid: {_bool(ok)}"
     )
 
@@ -150,7 +153,8 @@ def _print_v2_records(data: bytes, ok: bool) -> bool:
     time_name = "LogAppendTime" if h.timestamp_type == 1 else "CreateTime"
     for i, record in enumerate(batch.records):
         sequence = -1 if h.base_sequence < 0 else (h.base_sequence + record.offset - h.base_offset) & 0x7FFFFFFF
-        line = f"| offset: {record.offset} {time_name}: {record.timestamp} keySize: {_size(record.key)} valueSize: {_size(record.value)} sequence: {sequence}"
+        line = (f"| offset: {record.offset} {time_name}: {record.timestamp} keySize: {_size(record.key)} "
+                f"valueSize: {_size(record.value)} sequence: {sequence}")
         if h.is_control:
             marker = control.parse_control_record(record)
             line += f" endTxnMarker: {marker.kind_name} coordinatorEpoch: {marker.coordinator_epoch}"
@@ -202,7 +206,8 @@ def dump_offset_index(path: str) -> bool:
                 found = scan_batches(view, position, len(view), verify_crc=False, max_batches=1)
                 if len(found.position) == 0 or int(found.last_offset[0]) != offset:
                     got = int(found.last_offset[0]) if len(found.position) else "nothing"
-                    print(f"Index mismatch: the batch at position {position} of {os.path.basename(log_path)} ends at offset {got}, not {offset}")
+                    print(f"Index mismatch: the batch at position {position} of {os.path.basename(log_path)} "
+                          f"ends at offset {got}, not {offset}")
                     corrupt = True
         corrupt |= _trailing_bytes(path, len(index), OffsetIndex.DTYPE.itemsize)
     finally:

@@ -19,8 +19,9 @@ def list_offsets(admin, partitions, spec: OffsetSpec, timeout: float) -> dict:
 
 
 def earliest_latest(admin, partitions, timeout: float) -> tuple[dict, dict]:
-    return (list_offsets(admin, partitions, OffsetSpec.earliest(), timeout),
-            list_offsets(admin, partitions, OffsetSpec.latest(), timeout))
+    # confluent-kafka annotates its spec singletons Optional, though they are set at import
+    return (list_offsets(admin, partitions, OffsetSpec.earliest(), timeout),  # pyright: ignore[reportArgumentType]
+            list_offsets(admin, partitions, OffsetSpec.latest(), timeout))  # pyright: ignore[reportArgumentType]
 
 
 def at_time(admin, partitions, ms: int, timeout: float) -> dict:

@@ -17,8 +17,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--config", metavar="FILE", help="a Kafka-style server.properties file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override one setting, Kafka's name (repeatable), e.g. --set num.partitions=3")
-    parser.add_argument("--data-dir", help="log directory, sets log.dirs (default ./data unless the config file sets it)")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="sets listeners=PLAINTEXT://HOST:PORT (default 127.0.0.1:9092)")
+    parser.add_argument("--data-dir",
+                        help="log directory, sets log.dirs (default ./data unless the config file sets it)")
+    parser.add_argument("--listen", metavar="HOST:PORT",
+                        help="sets listeners=PLAINTEXT://HOST:PORT (default 127.0.0.1:9092)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--log-format", default="text", choices=["text", "json"],
                         help="text (journald-aware) or one JSON object per line")

@@ -29,6 +29,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
@@ -80,7 +81,7 @@ class ClusterAdmin:
         self.timeout_s = timeout_s
 
     # --- the one compare-and-set ------------------------------------------------------------------
-    async def compare_and_set(self, path: str, decide: Decide, what: str):
+    async def compare_and_set(self, path: str, decide: Decide, what: str) -> Any:
         """Change ``path`` from what it holds now: ``await decide(data)`` (data
         None when the znode does not exist) returns a ``Write`` to create or
         set it (its ``result`` is then returned), or anything else to leave it
@@ -198,6 +199,7 @@ class ClusterAdmin:
         keep = [e for e in entries if not (e[0] == topic and e[1] in partitions)]
         if len(keep) == len(entries):
             return ()
+        assert stat is not None  # it held entries: it exists
         return (Checked(znodes.REASSIGN_PARTITIONS, znodes.encode_reassignment(keep) if keep else None, stat.version),)
 
     async def list_reassignments(self, wanted: dict[str, list[int]] | None) -> list[reassignment.OngoingReassignment]:

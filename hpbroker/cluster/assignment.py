@@ -15,13 +15,15 @@ loses at most the share a rack must hold.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from typing import cast
 
 
 class AssignmentError(ValueError):
     """The request cannot be met with the brokers there are (Kafka answers INVALID_REPLICATION_FACTOR)."""
 
 
-def assign_replicas(brokers: dict[int, str | None], partitions: int, replication_factor: int, *,
+def assign_replicas(brokers: Mapping[int, str | None], partitions: int, replication_factor: int, *,
                     first_partition: int = 0, start: int | None = None, shift: int | None = None,
                     rng: random.Random | None = None) -> dict[int, list[int]]:
     """Partition -> replica broker ids for ``partitions`` new partitions,
@@ -58,16 +60,17 @@ def assign_replicas(brokers: dict[int, str | None], partitions: int, replication
     return assignment
 
 
-def _alternating_racks(brokers: dict[int, str | None]) -> list[int]:
-    """Brokers listed one per rack in turn: racks sorted, brokers sorted within each."""
+def _alternating_racks(brokers: Mapping[int, str | None]) -> list[int]:
+    """Brokers listed one per rack in turn: racks sorted, brokers sorted within each
+    (every broker has a rack here)."""
     by_rack: dict[str, list[int]] = {}
     for broker, rack in sorted(brokers.items()):
-        by_rack.setdefault(rack, []).append(broker)
+        by_rack.setdefault(cast(str, rack), []).append(broker)
     columns = [by_rack[rack] for rack in sorted(by_rack)]
     return [column[row] for row in range(max(map(len, columns))) for column in columns if row < len(column)]
 
 
-def _spread_over_racks(order: list[int], first: int, candidates: list[int], brokers: dict[int, str | None],
+def _spread_over_racks(order: list[int], first: int, candidates: list[int], brokers: Mapping[int, str | None],
                        replication_factor: int) -> list[int]:
     """Keep the leader; choose followers walking the rack-alternated list so no
     rack holds a second replica before every rack holds one."""

@@ -167,7 +167,9 @@ class Controller:
             _data, stat = self.client.get(znodes.CONTROLLER)
         except NoNodeError:
             return False
-        return stat.ephemeralOwner == self.client.client_id[0]
+        client_id = self.client.client_id
+        assert client_id is not None  # the session answered the read
+        return stat.ephemeralOwner == client_id[0]
 
     def _bump_epoch(self) -> None:
         try:

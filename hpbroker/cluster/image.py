@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hpbroker.sentinels import NO_CONTROLLER
 from hpbroker.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
-
+from hpbroker.sentinels import NO_CONTROLLER
 
 
 @dataclass(frozen=True)

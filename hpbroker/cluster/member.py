@@ -107,6 +107,7 @@ class ClusterMember:
             return stored
         if not self.settings.generate_broker_id:
             raise ClusterJoinError("broker.id is not set and broker.id.generation.enable is false")
+        assert self.client is not None  # join() connected it
         return registration.generate_broker_id(self.client)
 
     @property
@@ -115,23 +116,28 @@ class ClusterMember:
         return self._session_ok.is_set()
 
     def image(self) -> ClusterImage:
+        assert self.watcher is not None, "not joined"
         return self.watcher.image()
 
     def _publish(self) -> None:
+        watcher = self.watcher
+        assert watcher is not None  # started by join() once the watcher is
         generation = -1
         while not self._stopped.is_set():
-            changed = self.watcher.wait_changed(generation, timeout=1.0)
+            changed = watcher.wait_changed(generation, timeout=1.0)
             if changed == generation or self._stopped.is_set():
                 continue
             generation = changed
             try:
-                self.on_image(self.watcher.image())
+                self.on_image(watcher.image())
             except Exception:
                 log.exception("handing the cluster image on failed")
 
     # --- leaving ---------------------------------------------------------------------------
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Move this broker's leaderships away; True when none is left in time."""
+        assert self.client is not None and self.watcher is not None, "not joined"
+        watcher = self.watcher
         try:
             self.client.create(znodes.controlled_shutdown_path(self.broker_id), ephemeral=True)
         except NodeExistsError:
@@ -144,13 +150,13 @@ class ClusterMember:
         while time.monotonic() < deadline:
             # The image can lag a leadership the controller has just written (a
             # topic created a moment ago): "none left" is confirmed in ZooKeeper.
-            image = self.watcher.image()
+            image = watcher.image()
             if not self._handing_over(image.states, image.live) and self._handing_over_per_zookeeper() == []:
                 log.info("controlled shutdown: broker %d leads no partition that another replica could take",
                          self.broker_id)
                 return True
-            generation = self.watcher.wait_changed(generation, timeout=min(1.0, deadline - time.monotonic()))
-        image = self.watcher.image()
+            generation = watcher.wait_changed(generation, timeout=min(1.0, deadline - time.monotonic()))
+        image = watcher.image()
         log.warning("controlled shutdown: broker %d still leads %s after %.0f s", self.broker_id,
                     self._handing_over(image.states, image.live)[:10], timeout_s)
         return False
@@ -162,21 +168,23 @@ class ClusterMember:
 
     def _handing_over_per_zookeeper(self) -> list[tuple[str, int]] | None:
         """``_handing_over`` from the znodes themselves; None when they cannot be read."""
+        client = self.client
+        assert client is not None, "not joined"
         try:
-            live = {int(c) for c in self.client.get_children(znodes.BROKER_IDS) if c.isdigit()}
+            live = {int(c) for c in client.get_children(znodes.BROKER_IDS) if c.isdigit()}
             reads = []
-            for topic in self.client.get_children(znodes.TOPICS):
+            for topic in client.get_children(znodes.TOPICS):
                 try:
-                    assignment = znodes.TopicAssignment.decode(topic, self.client.get(znodes.topic_path(topic))[0])
+                    assignment = znodes.TopicAssignment.decode(topic, client.get(znodes.topic_path(topic))[0])
                 except (NoNodeError, znodes.ZnodeFormatError):
                     continue  # being deleted, or unreadable (the watcher logs it)
-                reads += [((topic, p), self.client.get_async(znodes.partition_state_path(topic, p)))
+                reads += [(topic, p, client.get_async(znodes.partition_state_path(topic, p)))
                           for p in assignment.partitions]
             states = {}
-            for key, read in reads:
+            for topic, p, read in reads:
                 try:
                     data, stat = read.get()
-                    states[key] = znodes.PartitionState.decode(*key, data, stat.version, stat.mzxid)
+                    states[(topic, p)] = znodes.PartitionState.decode(topic, p, data, stat.version, stat.mzxid)
                 except (NoNodeError, znodes.ZnodeFormatError):
                     continue
         except KazooException as exc:

@@ -13,6 +13,7 @@ partition that does not exist (UNKNOWN_TOPIC_OR_PARTITION).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from hpbroker.cluster import znodes
@@ -27,7 +28,7 @@ class Outcome(NamedTuple):
 ACCEPTED = Outcome(ErrorCode.none)
 
 
-def plan(topic: str, assignment: znodes.TopicAssignment | None, changes: dict[int, list[int] | None],
+def plan(topic: str, assignment: znodes.TopicAssignment | None, changes: Mapping[int, list[int] | None],
          live: set[int], *, allow_replication_factor_change: bool = True
          ) -> tuple[znodes.TopicAssignment | None, dict[int, Outcome]]:
     """(the assignment to write, or None when nothing changes; each partition's outcome).
@@ -44,11 +45,11 @@ def plan(topic: str, assignment: znodes.TopicAssignment | None, changes: dict[in
             if problem:
                 outcomes[partition] = Outcome(ErrorCode.invalid_replica_assignment, problem)
                 continue
-        elif not exists or not znodes.being_reassigned(current, partition):
+        elif current is None or not exists or not znodes.being_reassigned(current, partition):
             outcomes[partition] = Outcome(ErrorCode.no_reassignment_in_progress,
                                           f"no reassignment of {topic}-{partition} is in progress")
             continue
-        if not exists:
+        if current is None or not exists:
             outcomes[partition] = Outcome(ErrorCode.unknown_topic_or_partition,
                                           f"partition {topic}-{partition} does not exist")
             continue

@@ -96,7 +96,9 @@ class Registration:
                 _data, stat = self.client.get(self.path)
             except NoNodeError:  # its owner's session ended between the two calls
                 return self._create(deadline)
-            if stat.ephemeralOwner != self.client.client_id[0]:
+            client_id = self.client.client_id
+            assert client_id is not None  # the session answered the read
+            if stat.ephemeralOwner != client_id[0]:
                 deadline = time.monotonic() + self.stale_wait_s if deadline is None else deadline
                 if self._outwait_owner(deadline):
                     return self._create(deadline)

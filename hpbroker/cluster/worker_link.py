@@ -91,18 +91,21 @@ class WorkerLink:
             self._session = Session.EXPIRED
         elif self._session is Session.CONNECTED:
             self._session = Session.SUSPENDED
+        assert self.watcher is not None  # listening only once connect() made it
         self.watcher.poke()
 
     def _publish(self, on_image, on_session) -> None:
+        watcher = self.watcher
+        assert watcher is not None, "not connected"
         generation, published = -1, Session.CONNECTED
         while not self._stopped.is_set():
-            changed = self.watcher.wait_changed(generation, timeout=1.0)
+            changed = watcher.wait_changed(generation, timeout=1.0)
             if self._stopped.is_set():
                 return
             if self._reconnected:
                 self._reconnected = False
                 try:
-                    self.watcher.reread_states()
+                    watcher.reread_states()
                     self._session = Session.CONNECTED
                 except KazooException as exc:
                     log.warning("re-reading partition states after a reconnect failed: %r", exc)
@@ -120,9 +123,10 @@ class WorkerLink:
                 on_session(session)
             if changed != generation:
                 generation = changed
-                on_image(self.watcher.image())
+                on_image(watcher.image())
 
     def image(self) -> ClusterImage:
+        assert self.watcher is not None, "not connected"
         return self.watcher.image()
 
     def close(self) -> None:
@@ -140,6 +144,7 @@ class WorkerLink:
         the state as written (its new version and zxid), or None when it had
         changed (the controller or a newer leader won: the image will show what
         is true)."""
+        assert self.client is not None, "not connected"
         try:
             stat = await self.call(self.client.set_async(znodes.partition_state_path(topic, partition),
                                                          state.encode(), version=state.zk_version))

@@ -9,7 +9,9 @@ its default) and raise ``ZnodeFormatError`` on anything else.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
@@ -55,7 +57,10 @@ def _dump(value: dict) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _field(path: str, obj: dict, key: str, kind: type, default=None):
+_T = TypeVar("_T")
+
+
+def _field(path: str, obj: dict, key: str, kind: type[_T], default: _T | None = None) -> _T:
     value = obj.get(key, default)
     if value is None and default is None:
         raise ZnodeFormatError(f"{path} has no {key!r}")
@@ -63,7 +68,7 @@ def _field(path: str, obj: dict, key: str, kind: type, default=None):
         value = int(value)  # Kafka writes some numbers as strings (timestamps)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ZnodeFormatError(f"{path}: {key!r} is {value!r}, expected {kind.__name__}")
-    return value
+    return cast(_T, value)  # checked just above
 
 
 def _int_list(path: str, value) -> list[int]:
@@ -241,7 +246,7 @@ def topic_config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
 
 
-def encode_topic_config(config: dict[str, str]) -> bytes:
+def encode_topic_config(config: Mapping[str, object]) -> bytes:
     return _dump({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
 
 

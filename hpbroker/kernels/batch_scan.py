@@ -50,7 +50,8 @@ COLUMNS = (
     "attributes", "magic", "crc_ok", "partition_leader_epoch", "producer_id", "producer_epoch", "base_sequence",
 )
 _N_COLUMNS = len(COLUMNS)
-(_POS, _SIZE, _BASE, _LAST, _MAX_TS, _BASE_TS, _COUNT, _ATTR, _MAGIC, _CRC_OK, _EPOCH, _PID, _PEPOCH, _SEQ) = range(_N_COLUMNS)
+(_POS, _SIZE, _BASE, _LAST, _MAX_TS, _BASE_TS, _COUNT, _ATTR, _MAGIC, _CRC_OK, _EPOCH, _PID, _PEPOCH,
+ _SEQ) = range(_N_COLUMNS)
 
 # Smallest batchLength (bytes after the length field) per magic.
 _MIN_LENGTH_V2 = layout.BATCH_HEADER_SIZE - layout.LOG_OVERHEAD
@@ -198,7 +199,7 @@ def scan_batches(
         raise TypeError("view must be a one-dimensional uint8 array")
     if not view.flags.c_contiguous:
         view = np.ascontiguousarray(view)
-    size = view.shape[0]
+    size: int = view.shape[0]
     end = size if end is None else min(int(end), size)
     start = int(start)
     if not 0 <= start <= max(end, 0):

@@ -24,8 +24,7 @@ without SSE4.2 the hardware kernel is not compiled at all and
 """
 
 import numpy as np
-from llvmlite import binding as _llvm_binding
-from llvmlite import ir
+from llvmlite import binding as _llvm_binding, ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -108,7 +107,8 @@ def _sliced(tables, buf, start, end, crc):
     c = np.int64(crc) ^ 0xFFFFFFFF
     pos = start
     while end - pos >= 8:
-        c ^= np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8) | (np.int64(buf[pos + 2]) << 16) | (np.int64(buf[pos + 3]) << 24)
+        c ^= (np.int64(buf[pos]) | (np.int64(buf[pos + 1]) << 8) | (np.int64(buf[pos + 2]) << 16)
+              | (np.int64(buf[pos + 3]) << 24))
         t = (
             tables[7, c & 0xFF] ^ tables[6, (c >> 8) & 0xFF] ^ tables[5, (c >> 16) & 0xFF] ^ tables[4, c >> 24]
             ^ tables[3, buf[pos + 4]] ^ tables[2, buf[pos + 5]] ^ tables[1, buf[pos + 6]] ^ tables[0, buf[pos + 7]]
@@ -145,7 +145,8 @@ def _crc32_u64(typingctx, crc, data):
     """The SSE4.2 ``crc32 r64, r/m64`` instruction."""
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, i64]), "llvm.x86.sse42.crc32.64.64")
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, i64]),
+                                            "llvm.x86.sse42.crc32.64.64")
         return builder.call(fn, args)
     return types.int64(types.int64, types.int64), codegen
 
@@ -155,7 +156,8 @@ def _crc32_u8(typingctx, crc, data):
     """The SSE4.2 ``crc32 r32, r/m8`` instruction."""
     def codegen(context, builder, signature, args):
         i32, i8 = ir.IntType(32), ir.IntType(8)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, i8]), "llvm.x86.sse42.crc32.32.8")
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, i8]),
+                                            "llvm.x86.sse42.crc32.32.8")
         result = builder.call(fn, [builder.trunc(args[0], i32), builder.trunc(args[1], i8)])
         return builder.zext(result, ir.IntType(64))
     return types.int64(types.int64, types.int64), codegen
@@ -174,7 +176,8 @@ def _load_le64(typingctx, array, index):
 
 @njit(cache=True, nogil=True, inline="always")
 def _advance(shift, c):
-    return np.int64(shift[0, c & 0xFF] ^ shift[1, (c >> 8) & 0xFF] ^ shift[2, (c >> 16) & 0xFF] ^ shift[3, (c >> 24) & 0xFF])
+    return np.int64(shift[0, c & 0xFF] ^ shift[1, (c >> 8) & 0xFF] ^ shift[2, (c >> 16) & 0xFF]
+                    ^ shift[3, (c >> 24) & 0xFF])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -182,9 +185,9 @@ def _three_lanes(buf, pos, lane, shift, c):
     c1 = np.int64(0)
     c2 = np.int64(0)
     for p in range(pos, pos + lane, 8):
-        c = _crc32_u64(c, _load_le64(buf, p))
-        c1 = _crc32_u64(c1, _load_le64(buf, p + lane))
-        c2 = _crc32_u64(c2, _load_le64(buf, p + 2 * lane))
+        c = _crc32_u64(c, _load_le64(buf, p))  # pyright: ignore[reportCallIssue]  (numba passes the typing context)
+        c1 = _crc32_u64(c1, _load_le64(buf, p + lane))  # pyright: ignore[reportCallIssue]  (numba passes the typing context)
+        c2 = _crc32_u64(c2, _load_le64(buf, p + 2 * lane))  # pyright: ignore[reportCallIssue]  (numba passes the typing context)
     c = _advance(shift, c) ^ c1
     return _advance(shift, c) ^ c2
 
@@ -202,16 +205,16 @@ def crc32c_hardware(buf, start, end, crc):
         c = _three_lanes(buf, pos, TINY_LANE, _TINY_SHIFT, c)
         pos += 3 * TINY_LANE
     while end - pos >= 8:
-        c = _crc32_u64(c, _load_le64(buf, pos))
+        c = _crc32_u64(c, _load_le64(buf, pos))  # pyright: ignore[reportCallIssue]  (numba passes the typing context)
         pos += 8
     while pos < end:
-        c = _crc32_u8(c, np.int64(buf[pos]))
+        c = _crc32_u8(c, np.int64(buf[pos]))  # pyright: ignore[reportCallIssue]  (numba passes the typing context)
         pos += 1
     return c ^ 0xFFFFFFFF
 
 
-# Compiled only where the instruction exists.
-crc32c_hardware = kernel(CRC_SIGNATURE)(crc32c_hardware) if HARDWARE else None
+# Compiled only where the instruction exists (the name stays the kernel's: numba caches it by that name).
+crc32c_hardware = kernel(CRC_SIGNATURE)(crc32c_hardware) if HARDWARE else None  # pyright: ignore[reportAssignmentType]
 # The one the other kernels call; numba binds this global when they compile.
 crc32c_update = crc32c_hardware if HARDWARE else crc32c_portable
 

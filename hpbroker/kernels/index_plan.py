@@ -32,7 +32,8 @@ class IndexPlan(NamedTuple):
 
 
 @kernel((*(INT64S,) * 4, *(types.int64,) * 5))
-def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_offset, last_time_entry):
+def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_offset,
+          last_time_entry):
     n = positions.shape[0]
     off_keys = np.empty(n, np.int64)
     off_pos = np.empty(n, np.int64)
@@ -70,7 +71,7 @@ def plan_index_entries(
     offset_of_max_timestamp: int = -1,
     last_time_entry: int = -1,
 ) -> IndexPlan:
-    arrays = [int64s(a) for a in (positions, sizes, last_offsets, max_timestamps)]
+    arrays = (int64s(positions), int64s(sizes), int64s(last_offsets), int64s(max_timestamps))
     if len({len(a) for a in arrays}) != 1:
         raise ValueError("positions, sizes, last_offsets and max_timestamps must have one length")
     return IndexPlan(

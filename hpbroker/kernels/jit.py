@@ -109,8 +109,10 @@ def _private_temp_dir() -> str:
 
 def _cache_root() -> str | None:
     """The directory numba will put a cache subdirectory in, or None for ``__pycache__`` itself."""
-    if config.CACHE_DIR and _writable_dir(config.CACHE_DIR):
-        return config.CACHE_DIR
+    # numba.core.config sets its settings (CACHE_DIR ...) at run time, from the environment
+    configured = config.CACHE_DIR  # pyright: ignore[reportAttributeAccessIssue]
+    if configured and _writable_dir(configured):
+        return configured
     if _writable_dir(IN_TREE):
         return None
     user_wide = AppDirs(appname="numba", appauthor=False).user_cache_dir
@@ -118,7 +120,7 @@ def _cache_root() -> str | None:
         return user_wide
     fallback = _private_temp_dir()
     # Both: numba rereads its config from the environment when a NUMBA_ variable changes.
-    os.environ["NUMBA_CACHE_DIR"] = config.CACHE_DIR = fallback
+    os.environ["NUMBA_CACHE_DIR"] = config.CACHE_DIR = fallback  # pyright: ignore[reportAttributeAccessIssue]
     return fallback
 
 

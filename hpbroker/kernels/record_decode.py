@@ -190,7 +190,7 @@ def decode_records(
     """Decode the records of each batch ``i`` in ``buf[starts[i]:ends[i]]``."""
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 or not buf.flags.c_contiguous:
         raise TypeError("buf must be a C-contiguous one-dimensional uint8 array")
-    per_batch = [int64s(a) for a in (starts, ends, base_offsets, base_timestamps, counts)]
+    per_batch = (int64s(starts), int64s(ends), int64s(base_offsets), int64s(base_timestamps), int64s(counts))
     n_batches = len(per_batch[0])
     lat = np.full(n_batches, -1, np.int64) if log_append_times is None else int64s(log_append_times)
     if len({len(c) for c in per_batch} | {len(lat)}) != 1:

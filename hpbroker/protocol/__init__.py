@@ -17,8 +17,14 @@ Message bodies are kio dataclasses (kio is generated from Kafka's message specs)
 from hpbroker.errors import ErrorCode
 
 from .codec import decode_body, decode_request, encode_response
-from .exceptions import (FrameTooLarge, MalformedRequest, ProtocolError, UnsupportedApiKey,
-                         UnsupportedRequest, UnsupportedVersion)
+from .exceptions import (
+    FrameTooLarge,
+    MalformedRequest,
+    ProtocolError,
+    UnsupportedApiKey,
+    UnsupportedRequest,
+    UnsupportedVersion,
+)
 from .framing import DEFAULT_MAX_REQUEST_BYTES, FrameSplitter, frame
 from .header import RequestHeader, encode_response_header, parse_request_header
 from .schemas import request_type, response_type

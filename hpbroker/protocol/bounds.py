@@ -32,9 +32,16 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
-from kio.serial._introspect import get_field_tag, get_schema_field_type
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+)
 
 from .exceptions import MalformedRequest
 from .header import read_uvarint, write_uvarint
@@ -111,7 +118,7 @@ class _Source:
 
     def function(self, label: str) -> Check:
         code = "def check(buf, pos, end, edits):\n" + "\n".join(self.lines) + "\n    return pos\n"
-        namespace = dict(self.names)
+        namespace: dict[str, Any] = dict(self.names)
         exec(compile(code, f"<bounds check of {label}>", "exec"), namespace)
         return namespace["check"]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import struct
 from functools import cache
+from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
@@ -60,7 +61,7 @@ def encode_request(request, correlation_id: int, client_id: str | None) -> bytes
     return out.getvalue()
 
 
-def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, object]:
+def decode_response(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
     """(correlation id, kio response) from a frame without its size prefix."""
     correlation_id = _int32.unpack_from(frame, 0)[0]
     offset = 4

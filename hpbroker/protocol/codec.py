@@ -27,13 +27,21 @@ from collections.abc import Mapping
 from functools import cache
 
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import Payload
 
 from . import legacy_produce
 from .bounds import apply_edits, check_body
 from .exceptions import MalformedRequest, UnsupportedApiKey, UnsupportedVersion
 from .header import RequestHeader, encode_response_header, parse_request_header, peek_prefix
-from .schemas import (API_VERSIONS, CONTROLLED_SHUTDOWN, LEGACY_PRODUCE_MAX, PRODUCE,
-                      request_header_version, request_type, response_header_version)
+from .schemas import (
+    API_VERSIONS,
+    CONTROLLED_SHUTDOWN,
+    LEGACY_PRODUCE_MAX,
+    PRODUCE,
+    request_header_version,
+    request_type,
+    response_header_version,
+)
 from .versions import SUPPORTED_VERSIONS
 
 _int32 = struct.Struct(">i")
@@ -62,6 +70,7 @@ def decode_body(api_key: int, api_version: int, frame: bytes | memoryview, offse
     if api_key == PRODUCE and api_version <= LEGACY_PRODUCE_MAX:
         frame, offset = legacy_produce.as_v3_request_body(frame[offset:]), 0
     schema = request_type(api_key, api_version)
+    assert schema is not None, f"kio has no api key {api_key} v{api_version}"  # decode_request checked
     edits = check_body(schema, frame, offset)  # no declared length the data does not back
     if edits:
         frame = apply_edits(frame, edits)  # unknown tagged fields are ignored (KIP-482)
@@ -88,7 +97,7 @@ def _best_effort_header(frame: bytes | memoryview) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, None, 0)
 
 
-def encode_response(header: RequestHeader, response: object) -> bytes:
+def encode_response(header: RequestHeader, response: Payload) -> bytes:
     """The framed response to the request ``header`` described."""
     api_key = header.api_key
     if response.__api_key__ != api_key:

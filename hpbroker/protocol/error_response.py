@@ -25,9 +25,16 @@ import datetime
 import uuid
 from types import SimpleNamespace
 
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+)
+
 from hpbroker.errors import ErrorCode
-from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
-from kio.serial._introspect import get_field_tag, get_schema_field_type
 
 from .schemas import is_nullable, response_type
 
@@ -52,7 +59,9 @@ _NEGATIVE = ("offset", "epoch", "leader", "node_id", "producer_id", "timestamp",
 
 def error_response(api_key: int, api_version: int, request, error: ErrorCode, message: str | None = None):
     """A kio response object answering ``request`` with ``error`` everywhere."""
-    return _build(response_type(api_key, api_version), request, error, message)
+    schema = response_type(api_key, api_version)
+    assert schema is not None, f"kio has no api key {api_key} v{api_version}"  # the request decoded
+    return _build(schema, request, error, message)
 
 
 def _build(entity_type: type, source, error: ErrorCode, message: str | None):
@@ -92,7 +101,7 @@ def _mirrored(element_type: type, source) -> list:
     ``element_type`` answers: the first array it holds."""
     if source is None or not dataclasses.is_dataclass(source):
         return []
-    for field in dataclasses.fields(type(source)):
+    for field in dataclasses.fields(source):
         items = getattr(source, field.name)
         shape = classify_field(field)
         if items is None:

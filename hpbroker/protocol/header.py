@@ -23,8 +23,11 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from hpbroker.varint import VarintError, decode_uvarint
-from hpbroker.varint import encode_uvarint as write_uvarint  # noqa: F401  re-exported: compact lengths as the protocol writes them
+from hpbroker.varint import (
+    VarintError,
+    decode_uvarint,
+    encode_uvarint as write_uvarint,  # noqa: F401  re-exported: compact lengths as the protocol writes them
+)
 
 from .exceptions import MalformedRequest
 

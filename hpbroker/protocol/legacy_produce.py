@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
+from typing import Any
 
 from kio.serial import entity_writer
 
@@ -33,10 +34,12 @@ def as_v3_request_body(body: bytes | memoryview) -> bytes:
     return NULL_TRANSACTIONAL_ID + bytes(body)
 
 
-def write_response(out: io.BytesIO, response: object, api_version: int) -> None:
+def write_response(out: io.BytesIO, response: Any, api_version: int) -> None:
     """Write a kio Produce v3 response object in the v0, v1 or v2 layout."""
     if api_version == 2:
-        entity_writer(response_type(0, 3))(out, response)
+        schema = response_type(0, 3)
+        assert schema is not None
+        entity_writer(schema)(out, response)
         return
     out.write(_int32.pack(len(response.responses)))
     for topic in response.responses:

@@ -21,6 +21,7 @@ import importlib
 from types import MappingProxyType
 
 from kio.static.primitive import i16, i32Timedelta
+from kio.static.protocol import Payload
 
 from hpbroker.errors import ErrorCode
 
@@ -112,21 +113,22 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
 
 def api_versions_response(request_version: int,
                           supported: MappingProxyType[int, tuple[int, int]] = SUPPORTED_VERSIONS,
-                          throttle_ms: int = 0) -> object:
+                          throttle_ms: int = 0) -> Payload:
     """The kio ApiVersionsResponse for a supported ApiVersions request version."""
     return _build(request_version, ErrorCode.none, sorted(supported.items()), throttle_ms)
 
 
 def unsupported_api_versions_response(
-        supported: MappingProxyType[int, tuple[int, int]] = SUPPORTED_VERSIONS) -> object:
+        supported: MappingProxyType[int, tuple[int, int]] = SUPPORTED_VERSIONS) -> Payload:
     """Answer to an ApiVersions request whose version we do not know: v0, error 35,
     listing only ApiVersions' own range so the client retries with one we do."""
     return _build(0, ErrorCode.unsupported_version, [(API_VERSIONS, supported[API_VERSIONS])], 0)
 
 
 def _build(version: int, error: ErrorCode, ranges: list[tuple[int, tuple[int, int]]],
-           throttle_ms: int) -> object:
+           throttle_ms: int) -> Payload:
     cls = response_type(API_VERSIONS, version)
+    assert cls is not None, f"kio has no ApiVersions v{version}"
     api_version_cls = importlib.import_module(cls.__module__).ApiVersion
     kwargs = {
         "error_code": error,

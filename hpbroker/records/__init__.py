@@ -15,10 +15,10 @@ or a socket.
 
 from hpbroker.records import batch, compression, control, legacy, record, varint
 from hpbroker.records.batch import (
-    BatchHeader,
-    RecordBatch,
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
+    BatchHeader,
+    RecordBatch,
     compute_crc,
     decode_batch,
     encode_batch,

@@ -146,7 +146,8 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
 def compute_crc(buf, pos: int = 0, size: int | None = None) -> int:
     """CRC-32C of the batch at ``pos`` as Kafka computes it: bytes [21, end)."""
     if size is None:
-        size = _INT32.unpack_from(buf, pos + layout.BATCH_LENGTH)[0] + layout.LOG_OVERHEAD
+        batch_length: int = _INT32.unpack_from(buf, pos + layout.BATCH_LENGTH)[0]
+        size = batch_length + layout.LOG_OVERHEAD
     return crc32c(memoryview(buf)[pos + layout.CRC_START : pos + size])
 
 

@@ -53,6 +53,7 @@ import gzip
 import struct
 import threading
 import zlib
+from typing import cast
 
 import lz4.frame
 import snappy
@@ -275,13 +276,16 @@ def decompress(codec: int, data) -> bytes:
         if codec == layout.CODEC_GZIP:
             return gzip.decompress(data)
         if codec == layout.CODEC_SNAPPY:
-            return _xerial_decompress(data) if is_xerial(data) else snappy.decompress(data)
+            # python-snappy types decompress() bytes | str: str only when asked to decode
+            return _xerial_decompress(data) if is_xerial(data) else cast(bytes, snappy.decompress(data))
         if codec == layout.CODEC_LZ4:
             return _lz4_decompress(data)
         return _zstd_decompress(data)
     except CorruptRecordError:
         raise
-    except (OSError, EOFError, zlib.error, snappy.UncompressError, RuntimeError, zstandard.ZstdError, ValueError) as exc:
+    except (OSError, EOFError, zlib.error, snappy.UncompressError, RuntimeError, zstandard.ZstdError,
+            ValueError) as exc:
         # gzip: BadGzipFile (OSError), EOFError, zlib.error; lz4: RuntimeError;
         # snappy: UncompressError; zstd: ZstdError.
-        raise CorruptRecordError(f"{codec_name(codec)} payload of {len(data)} bytes cannot be decompressed: {exc}") from exc
+        raise CorruptRecordError(
+            f"{codec_name(codec)} payload of {len(data)} bytes cannot be decompressed: {exc}") from exc

@@ -74,9 +74,9 @@ class ClientConnection:
                 if not future.done():
                     future.set_result(response)
         except (asyncio.IncompleteReadError, OSError) as exc:
-            error = ConnectionError(f"connection lost: {exc!r}")
-        except ConnectionError as exc:
-            error = exc
+            # ConnectionError itself is ours (a response out of place) and says why; the
+            # socket's errors (ConnectionResetError, ... also OSErrors) are a lost connection
+            error = exc if type(exc) is ConnectionError else ConnectionError(f"connection lost: {exc!r}")
         except Exception as exc:  # an undecodable response: the stream cannot be trusted
             error = ConnectionError(f"bad response: {exc!r}")
         finally:

@@ -14,6 +14,11 @@ The partition's log is reached through ``FollowerLog``: its end and epochs,
 ``truncate_to``, and the high watermark and log start the leader reports.
 """
 
+# kio types request fields with phantom types (i32, i64, BrokerId, TopicName, i32Timedelta...) that
+# plain ints, strs and timedeltas satisfy at run time; wrapping each value (i32(x)...) would re-validate
+# it on every fetch.
+# pyright: reportArgumentType=false
+
 from __future__ import annotations
 
 import asyncio
@@ -24,13 +29,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from hpbroker.sentinels import UNDEFINED_EPOCH as UNDEFINED
-from hpbroker.errors import ErrorCode
 from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
-from kio.schema.offset_for_leader_epoch.v4.request import (OffsetForLeaderEpochRequest, OffsetForLeaderPartition,
-                                                           OffsetForLeaderTopic)
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 
+from hpbroker.errors import ErrorCode
 from hpbroker.replication.client import ClientConnection
+from hpbroker.sentinels import UNDEFINED_EPOCH as UNDEFINED
 from hpbroker.storage.errors import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)

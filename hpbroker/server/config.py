@@ -218,7 +218,8 @@ class BrokerConfig:
             raise ConfigError("log.dirs is empty")
         connect = self.values["zookeeper.connect"]
         if connect and not connect.strip().partition("/")[0]:
-            raise ConfigError(f"zookeeper.connect {connect!r} names no server: expected host:port[,host:port...][/chroot]")
+            raise ConfigError(f"zookeeper.connect {connect!r} names no server: "
+                              "expected host:port[,host:port...][/chroot]")
         self.advertised  # parses the listeners and refuses a wildcard that would be advertised
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])

@@ -15,7 +15,8 @@ from hpbroker.server.metrics_dir import ENV
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 REQUESTS = Counter("hpbroker_requests", "Requests handled", ["api"])
-REQUEST_SECONDS = Histogram("hpbroker_request_seconds", "Time from a request's decoding to its answer (long polls included)",
+REQUEST_SECONDS = Histogram("hpbroker_request_seconds",
+                            "Time from a request's decoding to its answer (long polls included)",
                             ["api"], buckets=_LATENCY_BUCKETS)
 BYTES_IN = Counter("hpbroker_topic_bytes_in", "Record batch bytes appended", ["topic"])
 RECORDS_IN = Counter("hpbroker_topic_records_in", "Records appended", ["topic"])

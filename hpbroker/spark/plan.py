@@ -28,8 +28,8 @@ from pyspark.sql.datasource import InputPartition
 
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.records import decode_batch
-from hpbroker.spark import logdir, txnindex
 from hpbroker.sentinels import EARLIEST, LATEST
+from hpbroker.spark import logdir, txnindex
 from hpbroker.spark.options import Options
 from hpbroker.spark.segment import SegmentFile, index_lookup, read_index
 
@@ -139,22 +139,24 @@ def _last_stable_offset(info: PartitionInfo, active_scan, limit: int) -> int:
 
 def offset_for_timestamp(info: PartitionInfo, timestamp: int) -> int:
     """First offset in ``[earliest, latest)`` whose record timestamp is >= ``timestamp`` (latest if none)."""
+    latest = info.latest
+    assert latest is not None, "readable_end fills it"
     for base in info.bases:
-        if base >= info.latest:
+        if base >= latest:
             break
         with SegmentFile(info.pdir.path, base) as seg:
             scan = scan_batches(seg.view, 0, verify_crc=False)
             hits = np.flatnonzero((scan.max_timestamp >= timestamp) & (scan.last_offset >= info.earliest)
-                                  & (scan.base_offset < info.latest) & (scan.magic == 2)
+                                  & (scan.base_offset < latest) & (scan.magic == 2)
                                   & ((scan.attributes & layout.CONTROL_BIT) == 0))
             if not len(hits):
                 continue
             batch = decode_batch(seg.view, int(scan.position[hits[0]]))
             for record in batch.records:
-                if record.timestamp >= timestamp and info.earliest <= record.offset < info.latest:
+                if record.timestamp >= timestamp and info.earliest <= record.offset < latest:
                     return record.offset
             return int(scan.last_offset[hits[0]]) + 1
-    return info.latest
+    return latest
 
 
 def resolve(spec, info: PartitionInfo, default: str) -> int:
@@ -163,6 +165,7 @@ def resolve(spec, info: PartitionInfo, default: str) -> int:
     if value in ("earliest", EARLIEST):
         return info.earliest
     if value in ("latest", LATEST):
+        assert info.latest is not None, "readable_end fills it"
         return info.latest
     return int(value)
 
@@ -178,7 +181,8 @@ def slices(info: PartitionInfo, start: int, end: int, opts: Options, aborted=Non
     if start >= end:
         return []
     if aborted is None:
-        aborted = txnindex.read_aborted(info.pdir.path, info.bases) if opts.read_committed else np.zeros((0, 3), np.int64)
+        aborted = (txnindex.read_aborted(info.pdir.path, info.bases) if opts.read_committed
+                   else np.zeros((0, 3), np.int64))
     out = []
     bounds = info.bases[1:] + [end]
     for base, seg_end in zip(info.bases, bounds):

@@ -22,7 +22,7 @@ def _shares(begin: dict, latest: dict, budget: int) -> dict:
         return backlog
     shares = {k: budget * b // total for k, b in backlog.items()}
     if not any(shares.values()):  # a budget below the partition count: give it to the largest backlog
-        biggest = max(backlog, key=backlog.get)
+        biggest = max(backlog, key=backlog.__getitem__)
         shares[biggest] = min(budget, backlog[biggest])
     return shares
 

@@ -20,7 +20,14 @@ against each other.
 
 import pyarrow as pa
 from pyspark.sql.types import (
-    ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])

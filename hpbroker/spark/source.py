@@ -13,13 +13,19 @@ start and end offsets.  A partition that appears later is read from its
 earliest offset, as Spark's Kafka source does.
 """
 
+from typing import cast
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow,
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
 )
 
 from hpbroker.spark import plan, ratelimit
 from hpbroker.spark.options import Options
+from hpbroker.spark.plan import Slice
 from hpbroker.spark.read import read_slice
 from hpbroker.spark.schema import SPARK_SCHEMA
 
@@ -59,13 +65,14 @@ class BatchReader(DataSourceReader):
             if end > info.latest:
                 if self.opts.fail_on_data_loss:
                     raise ValueError(f"{key[0]}-{key[1]}: endingOffsets asks for offsets up to {end} but only "
-                                     f"{info.latest} are readable (truncated?); failOnDataLoss=false reads what is there")
+                                     f"{info.latest} are readable (truncated?); "
+                                     "failOnDataLoss=false reads what is there")
                 end = info.latest
             out += plan.slices(info, starts[key], end, self.opts)
         return out
 
     def read(self, partition):
-        return read_slice(partition)
+        return read_slice(cast(Slice, partition))  # the partitions are the Slices this reader planned
 
 
 def to_json(offsets: dict) -> dict:
@@ -130,7 +137,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def read(self, partition):
-        return read_slice(partition)
+        return read_slice(cast(Slice, partition))  # the partitions are the Slices this reader planned
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: the source keeps no state per batch

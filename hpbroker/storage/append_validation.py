@@ -42,7 +42,8 @@ def check_sizes(scan, size: int, config: LogConfig, name: str) -> None:
     too_large = np.flatnonzero(scan.size > config.max_message_bytes)
     if len(too_large):
         raise RecordTooLargeError(
-            f"{name}: batch of {int(scan.size[too_large[0]])} bytes exceeds max.message.bytes={config.max_message_bytes}"
+            f"{name}: batch of {int(scan.size[too_large[0]])} bytes exceeds "
+            f"max.message.bytes={config.max_message_bytes}"
         )
     if size > config.segment_bytes:
         raise RecordTooLargeError(f"{name}: {size} bytes exceed segment.bytes={config.segment_bytes}")

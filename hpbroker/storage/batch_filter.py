@@ -122,7 +122,7 @@ class KeptBatches(NamedTuple):
     bytes, and per batch its position in them, size, last offset and max
     timestamp."""
 
-    data: object  # bytes, or one slice of the source segment's view
+    data: bytes | np.ndarray  # bytes, or one slice of the source segment's view
     positions: np.ndarray
     sizes: np.ndarray
     last_offsets: np.ndarray
@@ -220,8 +220,8 @@ class BatchFilter:
         is_control = (scan.attributes & layout.CONTROL_BIT) != 0
         facts = zip(scan.magic.tolist(), is_control.tolist(), has_horizon.tolist(), scan.base_timestamp.tolist(),
                     scan.record_count.tolist(), scan.producer_id.tolist(), kept.tolist(), kept_tombs.tolist())
-        columns = zip(scan.position.tolist(), scan.size.tolist(), scan.last_offset.tolist(), scan.max_timestamp.tolist(),
-                      scan.attributes.tolist())
+        columns = zip(scan.position.tolist(), scan.size.tolist(), scan.last_offset.tolist(),
+                      scan.max_timestamp.tolist(), scan.attributes.tolist())
         for b, (fields, (position, size, last_offset, max_timestamp, attributes)) in enumerate(zip(facts, columns)):
             batch = BatchFacts(*fields)
             v = verdict(batch, self.now, keep_last and b == nb - 1)
@@ -261,7 +261,7 @@ def filtered_batch(view, pos: int, attributes: int, rows: BatchRows) -> bytes:
     """The batch with only its kept records, their bytes copied unchanged: the
     base offset and base timestamp stay, so every record's deltas stay valid."""
     kept = rows.kept
-    mv = memoryview(kept.records.buf)
+    mv = memoryview(kept.records.buf)  # pyright: ignore[reportArgumentType]  (numpy types __buffer__ from 3.12 on)
     sel = np.flatnonzero(rows.keep()) + rows.first
     body = b"".join(mv[s:e] for s, e in zip(kept.starts[sel].tolist(), kept.ends[sel].tolist()))
     codec = attributes & layout.COMPRESSION_MASK

@@ -165,6 +165,7 @@ class Cleaner:
                 cleaned.stage(kept.data, kept.positions, kept.sizes, kept.last_offsets, kept.max_timestamps)
                 cleaned.write()
                 self.result.bytes_written += len(kept.data)
+        assert cleaned is not None  # a group holds a segment at least
         return self._swap(group, cleaned), horizon
 
     def _filter(self, segment: LogSegment, batch_filter: BatchFilter, keep_last: bool) -> FilteredSegment:

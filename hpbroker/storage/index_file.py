@@ -73,14 +73,17 @@ class IndexFile:
 
     def keys(self) -> np.ndarray:
         self._load()
+        assert self._keys is not None
         return self._keys[: self._count]
 
     def values(self) -> np.ndarray:
         self._load()
+        assert self._values is not None
         return self._values[: self._count]
 
     def last_entry(self) -> tuple[int, int] | None:
         self._load()
+        assert self._keys is not None and self._values is not None
         if self._count == 0:
             return None
         return int(self._keys[self._count - 1]), int(self._values[self._count - 1])
@@ -92,6 +95,7 @@ class IndexFile:
     # --- writing ---------------------------------------------------------
     def _append(self, key: int, value: int) -> None:
         self._load()
+        assert self._keys is not None and self._values is not None
         if self._count and key <= self._keys[self._count - 1]:
             raise IndexCorruptError(
                 f"{self.path}: entry key {key} is not above the last {self._keys[self._count - 1]}"

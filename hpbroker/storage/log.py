@@ -115,7 +115,8 @@ class ReadSlice:
 def _writable(buffer) -> bool:
     if isinstance(buffer, bytearray):
         return True
-    return isinstance(buffer, memoryview) and not buffer.readonly and buffer.contiguous and buffer.format in ("B", "b", "c")
+    return (isinstance(buffer, memoryview) and not buffer.readonly and buffer.contiguous
+            and buffer.format in ("B", "b", "c"))
 
 
 class Log:
@@ -243,7 +244,8 @@ class Log:
 
     # --- appending -----------------------------------------------------------
     def append(
-        self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True, origin: str = ORIGIN_CLIENT
+        self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True,
+        origin: str = ORIGIN_CLIENT
     ) -> AppendInfo:
         """Assign offsets to one or more v2 batches and add them to the log.
 
@@ -272,7 +274,8 @@ class Log:
             raise ValueError(f"unknown append origin {origin!r}")
         buf = records if _writable(records) else bytearray(records)
         scan = scan_batches(np.frombuffer(buf, np.uint8))
-        idempotent = append_validation.validate(scan, len(buf), self.config, self._name, from_client=origin == ORIGIN_CLIENT)
+        idempotent = append_validation.validate(scan, len(buf), self.config, self._name,
+                                                from_client=origin == ORIGIN_CLIENT)
         if self.config.compact:
             append_validation.check_keys(buf, scan, self._name)
         checked = self.producer_state.check_batches(scan) if idempotent else _OK
@@ -341,11 +344,14 @@ class Log:
         scan; the same buffer and scan when every batch already is (Kafka
         compares the codec only, not the level).  As Kafka, the sizes are
         checked again: a batch may have grown (``uncompressed``)."""
+        codec = self.config.target_codec
+        assert codec is not None  # append() recompresses only then
         try:
             converted = recompress_batches(buf, scan.position.tolist(), scan.size.tolist(), scan.attributes.tolist(),
-                                           self.config.target_codec, self.config.compression_level)
+                                           codec, self.config.compression_level)
         except CorruptRecordError as exc:
-            raise CorruptBatchError(f"{self._name}: cannot recompress to {self.config.compression_type}: {exc}") from None
+            raise CorruptBatchError(
+                f"{self._name}: cannot recompress to {self.config.compression_type}: {exc}") from None
         if converted is None:
             return buf, scan
         scan = scan_batches(np.frombuffer(converted, np.uint8), verify_crc=False)  # the CRCs were just computed
@@ -430,6 +436,7 @@ class Log:
 
     def _sync_snapshot(self) -> None:
         path, self._unsynced_snapshot = self._unsynced_snapshot, None
+        assert path is not None  # flush() syncs it only then
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -468,7 +475,8 @@ class Log:
         return segs[first : bisect.bisect_left(self._bases, end)]
 
     # --- reading -------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one: bool = True) -> ReadSlice | None:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one: bool = True) -> ReadSlice | None:
         """Whole batches from the one holding ``offset``, from a single segment,
         at most ``max_bytes`` (but at least one batch when ``min_one``), none at
         or beyond ``max_offset`` (default: the written offset).  None when there
@@ -516,6 +524,7 @@ class Log:
         if best is None or best.max_timestamp < 0:
             return None
         found = best.find_batch(best.offset_of_max_timestamp)
+        assert found is not None  # the segment holds that offset
         records = batch_format.decode_batch(best.read_bytes(found.position, found.size)).records
         top = max(records, key=lambda r: r.timestamp)
         return top.offset, top.timestamp
@@ -654,7 +663,8 @@ class Log:
         with self._lock:
             segments = self._segments
             first = next((i for i, s in enumerate(segments) if s is old[0]), -1)
-            if self._closed or first < 0 or segments[first : first + len(old)] != tuple(old) or first + len(old) >= len(segments):
+            if (self._closed or first < 0 or segments[first : first + len(old)] != tuple(old)
+                    or first + len(old) >= len(segments)):
                 return False
             self._set_segments(segments[:first] + (new,) + segments[first + len(old):])
             due = now_ms() + self.config.file_delete_delay_ms

@@ -52,10 +52,19 @@ class LogDirRoots:
 
     def open(self) -> bool:
         """Lock the directories (if not yet), check ``meta.properties``, and
-        consume the clean-shutdown markers; returns whether the last stop was clean."""
+        consume the clean-shutdown markers; returns whether the last stop was clean.
+        ``cluster_id`` is set from then on."""
         self.lock()
         for log_dir in self.log_dirs:
             self._check_meta_properties(log_dir)
+        if self.cluster_id is None:
+            # Every meta.properties predates cluster ids (Kafka before 0.10.1 wrote
+            # none): the broker gets one, recorded as Kafka does on upgrade (KIP-78).
+            self.cluster_id = checkpoints.kafka_uuid_string(checkpoints.new_kafka_uuid())
+            for log_dir in self.log_dirs:
+                path = os.path.join(log_dir, filenames.META_PROPERTIES)
+                props = {**checkpoints.read_properties(path), "cluster.id": self.cluster_id}
+                checkpoints.write_properties(path, props, comment="written by hpbroker")
         for log_dir in self.log_dirs:
             marker = os.path.join(log_dir, filenames.CLEAN_SHUTDOWN_FILE)
             clean = os.path.exists(marker)

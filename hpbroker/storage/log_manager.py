@@ -76,7 +76,8 @@ class LogManager:
         self._owns = owns or (lambda topic, partition: True)
         # A broker's event loop must not wait on checkpoint fsyncs: the rows are
         # taken on the caller's thread, the files written (in order) by this one.
-        self._checkpoint_io = ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background_checkpoints else None
+        self._checkpoint_io = (ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background_checkpoints
+                               else None)
         self.manage_root = manage_root
         self.root = LogDirRoots(log_dirs, broker_id=broker_id, cluster_id=cluster_id) if manage_root else None
         self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
@@ -160,7 +161,8 @@ class LogManager:
         log_dir = existing_dirs[0] if existing_dirs else min(
             self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         path = os.path.join(log_dir, name)
-        created = Log.open(path, topic, partition, self._config_for(topic), topic_id=topic_id or checkpoints.new_kafka_uuid())
+        created = Log.open(path, topic, partition, self._config_for(topic),
+                           topic_id=topic_id or checkpoints.new_kafka_uuid())
         if self.replicated:
             created.high_watermark = created.log_start_offset  # nothing confirmed yet
         self._logs[key], self._dir_of[key] = created, log_dir

@@ -201,9 +201,10 @@ def _check(committed: ProducerStateEntry | None, current: ProducerStateEntry | N
         # retention or expiry; ProducerAppendInfo accepts and starts tracking.
         if first_seq != 0 and known_epoch != NO_PRODUCER_EPOCH:
             return CheckResult(Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                               message=f"producer {producer_id}: new epoch {epoch} must start at sequence 0, not {first_seq}")
+                               message=f"producer {producer_id}: new epoch {epoch} must start at sequence 0, "
+                                       f"not {first_seq}")
         return _OK
-    if known_epoch == NO_PRODUCER_EPOCH or _in_sequence(current.last_seq, first_seq):
+    if current is None or known_epoch == NO_PRODUCER_EPOCH or _in_sequence(current.last_seq, first_seq):
         return _OK
     return CheckResult(Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER,
                        message=f"producer {producer_id}: sequence {first_seq} does not follow {current.last_seq}")
@@ -278,7 +279,8 @@ class ProducerStateManager:
             entry = self._producers.get(producer_id)
             if entry is None:
                 entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
-            entry.add_batch(epoch, BatchMetadata(base_sequence, last_sequence, first_offset, last_offset, max_timestamp),
+            entry.add_batch(epoch,
+                            BatchMetadata(base_sequence, last_sequence, first_offset, last_offset, max_timestamp),
                             transactional)
         self.end_offset = max(self.end_offset, last_offset + 1)
 
@@ -502,7 +504,8 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     if computed != crc:
         raise CorruptSnapshotError(f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}")
     entries = []
-    for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in _ENTRY.iter_unpack(data[ENTRIES_OFFSET:]):
+    for (pid, epoch, last_seq, last_offset, delta, ts, coord_epoch,
+         txn_first) in _ENTRY.iter_unpack(data[ENTRIES_OFFSET:]):
         entry = ProducerStateEntry(pid, epoch, coord_epoch, ts, txn_first if txn_first >= 0 else -1)
         if last_offset >= 0:
             # Only the last batch survives a snapshot; its first sequence and

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpbroker.kernels import DecodedRecords
+from hpbroker.kernels.key_table import hash_keys
 from hpbroker.records.batch_columns import decode_scanned
 from hpbroker.records.errors import CorruptRecordError
 from hpbroker.storage.errors import CorruptBatchError
-from hpbroker.kernels.key_table import hash_keys
 
 
 @dataclass
@@ -59,5 +59,6 @@ def decode(view: np.ndarray, scan, which: np.ndarray) -> list[BatchRecords]:
         groups = decode_scanned(view, scan, which)
     except CorruptRecordError as exc:
         raise CorruptBatchError(str(exc)) from None
-    return [BatchRecords(g.buf, g.batches, g.body_start, g.columns, np.repeat(g.batches, np.diff(g.columns.batch_first)))
+    return [BatchRecords(g.buf, g.batches, g.body_start, g.columns,
+                         np.repeat(g.batches, np.diff(g.columns.batch_first)))
             for g in groups]

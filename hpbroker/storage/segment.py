@@ -259,7 +259,8 @@ class LogSegment:
                 return _location(scan, 0)
         return None
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True) -> tuple[int, int] | None:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one: bool = True) -> tuple[int, int] | None:
         """``(position, length)`` of whole batches from the one holding ``offset``:
         at most ``max_bytes`` unless ``min_one`` and the first batch alone is larger,
         and none starting at or above ``max_offset``.  None when there is nothing."""
@@ -325,7 +326,8 @@ class LogSegment:
         if len(scan.position):
             i = int(np.argmax(scan.max_timestamp))
             if scan.max_timestamp[i] > state.max_timestamp:
-                state.max_timestamp, state.offset_of_max_timestamp = int(scan.max_timestamp[i]), int(scan.last_offset[i])
+                state.max_timestamp = int(scan.max_timestamp[i])
+                state.offset_of_max_timestamp = int(scan.last_offset[i])
         self._set_state(state)
 
     def recover(self, max_offset: int | None = None) -> RecoveryResult:

@@ -18,15 +18,22 @@ import logging
 import uuid
 
 from hpbroker.cluster import znodes
+from hpbroker.cluster.admin import AdminError
 from hpbroker.cluster.assignment import AssignmentError, assign_replicas, check_explicit
 from hpbroker.cluster.image import ClusterImage
-from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.storage import checkpoints
 from hpbroker.storage.config import LogConfig
-from hpbroker.workers.topics import (TopicError, check_assignments, TopicInfo, checked_overrides, collision, effective_config,
-                                     validate_name)
+from hpbroker.workers.topics import (
+    TopicError,
+    TopicInfo,
+    check_assignments,
+    checked_overrides,
+    collision,
+    effective_config,
+    validate_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +145,8 @@ class ClusterTopics:
                 raise TopicError(ErrorCode.invalid_replica_assignment, str(exc)) from None
         else:
             if partitions < 1:
-                raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be at least 1, got {partitions}")
+                raise TopicError(ErrorCode.invalid_partitions,
+                                 f"number of partitions must be at least 1, got {partitions}")
             factor = self._replication_factor(name, factor, len(brokers))
             try:
                 assignment = assign_replicas(brokers, partitions, factor)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hpbroker.sentinels import NO_LEADER
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.errors import ErrorCode
+from hpbroker.sentinels import NO_LEADER
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
-
 
 
 class BrokerNode(NamedTuple):

@@ -12,13 +12,23 @@ import asyncio
 import logging
 import os
 import time
+from typing import IO, cast
 
-from hpbroker.protocol import (ErrorCode, FrameSplitter, FrameTooLarge, MalformedRequest, UnsupportedApiKey,
-                               UnsupportedVersion, decode_request, encode_response, unsupported_api_versions_response)
+from hpbroker.protocol import (
+    ErrorCode,
+    FrameSplitter,
+    FrameTooLarge,
+    MalformedRequest,
+    UnsupportedApiKey,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+    unsupported_api_versions_response,
+)
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.workers.context import CLIENT_HOST, CloseConnection
 from hpbroker.workers import observe
+from hpbroker.workers.context import CLIENT_HOST, CloseConnection
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
@@ -54,7 +64,7 @@ class KafkaConnection(asyncio.Protocol):
         self.on_close = on_close
         self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.transport = None
+        self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.peer = "?"
         self.paused = False
         self.closing = False
@@ -68,7 +78,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # --- asyncio.Protocol -----------------------------------------------------
     def connection_made(self, transport) -> None:
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # a stream socket's
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.task = asyncio.get_running_loop().create_task(self._serve())
@@ -162,7 +172,7 @@ class KafkaConnection(asyncio.Protocol):
         Produce with acks=0, which Kafka answers by closing) the connection is
         closed; None then."""
         header, request = self.current, self.current_request
-        context = {"client": self.peer}
+        context: dict[str, object] = {"client": self.peer}
         if header is not None:
             context.update(client_id=header.client_id, api_key=header.api_key, api_version=header.api_version,
                            correlation_id=header.correlation_id)
@@ -171,7 +181,7 @@ class KafkaConnection(asyncio.Protocol):
         error = ErrorCode.kafka_storage_error if isinstance(exc, OSError) else ErrorCode.unknown_server_error
         answerable = header is not None and header.api_key != FETCH and not (
             header.api_key == PRODUCE and getattr(request, "acks", 1) == 0)
-        if answerable:
+        if answerable and header is not None:
             try:
                 response = error_response(header.api_key, kio_version(header.api_key, header.api_version), request,
                                           error, f"{type(exc).__name__}: {exc}"[:200])
@@ -219,7 +229,8 @@ class KafkaConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         for piece in pieces:
             if isinstance(piece, FileRegion):
-                await loop.sendfile(self.transport, _RegionFile(piece.fd), piece.position, piece.size, fallback=False)
+                region = cast(IO[bytes], _RegionFile(piece.fd))  # what sendfile calls on a file, and no more
+                await loop.sendfile(self.transport, region, piece.position, piece.size, fallback=False)
                 self.ctx.bytes_out += piece.size
                 if self.paused or self.draining:
                     self.transport.pause_reading()  # sendfile resumed reading behind our back

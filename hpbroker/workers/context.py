@@ -7,11 +7,15 @@ import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hpbroker.server.config import BrokerConfig
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
+
+if TYPE_CHECKING:
+    from hpbroker.workers.cluster_topics import ClusterTopics
 
 _MAX_OPEN_SEGMENTS = 512
 log = logging.getLogger(__name__)
@@ -105,7 +109,7 @@ class SegmentFiles:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: TopicRegistry, owners, *, groups=None, cluster=None, producer_ids=None):
+                 topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, cluster=None, producer_ids=None):
         self.config = config
         self.index = index
         self.workers = workers

@@ -18,6 +18,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable
+from typing import cast
 
 from hpbroker.server import control_channel
 from hpbroker.server.control_channel import ControlMessageError, Kind
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class ControlEndpoint:
     def __init__(self, sock: socket.socket, *, on_connection: Callable[[list[int], int], None],
-                 on_drain: Callable[[], None], on_reload: Callable[[dict], None], on_stop: Callable[[], None]):
+                 on_drain: Callable[[], object], on_reload: Callable[[dict], None], on_stop: Callable[[], None]):
         self.sock = sock
         self.on_connection = on_connection  # (descriptors, recvmsg flags): a connection handed over
         self.on_drain = on_drain
@@ -105,6 +106,6 @@ class ControlEndpoint:
         elif message.kind is Kind.DRAIN:
             self.on_drain()
         elif message.kind is Kind.RELOAD:
-            self.on_reload(message.payload)
+            self.on_reload(cast(dict, message.payload))  # control_channel.decode checked it
         else:
             log.warning("ignoring a %s message from the acceptor: it is a worker's to send", message.kind.value)

@@ -18,6 +18,7 @@ schema, big-endian; v12+ flexible: compact lengths, tagged-field sections)::
 """
 
 import struct
+import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -50,7 +51,7 @@ class PartitionResult:
 @dataclass
 class TopicResult:
     name: str
-    topic_id: object  # uuid.UUID
+    topic_id: uuid.UUID | None
     partitions: list = field(default_factory=list)
 
 

@@ -16,7 +16,10 @@ from hpbroker.protocol.schemas import response_type
 @cache
 def response_module(api_key: int, version: int):
     """The module holding the response class and its nested entity classes."""
-    return importlib.import_module(response_type(api_key, version).__module__)
+    cls = response_type(api_key, version)
+    if cls is None:
+        raise KeyError(f"kio has no response schema for api key {api_key} v{version}")
+    return importlib.import_module(cls.__module__)
 
 
 @cache

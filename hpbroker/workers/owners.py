@@ -21,19 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import group_owner, partition_owner
-from hpbroker.workers.owner_calls import (GROUP_CALLS, PARTITION_CALLS, Batch, Failed, ListGroups, OwnerError,
-                                          WaitReplicated)
+from hpbroker.workers.owner_calls import (
+    GROUP_CALLS,
+    PARTITION_CALLS,
+    Batch,
+    Batched,
+    Failed,
+    ListGroups,
+    OwnerError,
+    WaitReplicated,
+)
 from hpbroker.workers.peers import PeerUnavailable
 
 log = logging.getLogger(__name__)
 
 
 class Owner(Protocol):
-    async def call(self, call): ...
+    async def call(self, call) -> Any: ...
 
 
 class LocalOwner:
@@ -127,7 +135,7 @@ class Owners:
         results: list = [None] * len(calls)
 
         async def one(worker: int, indexes: list[int]) -> None:
-            batched = await self.ask(Batch([calls[i] for i in indexes]), worker)
+            batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
             for i, result in zip(indexes, batched.results):
                 results[i] = result
 

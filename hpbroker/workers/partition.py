@@ -26,17 +26,23 @@ import logging
 import os
 from dataclasses import dataclass
 
-from hpbroker.errors import ErrorCode
-from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP
 from hpbroker.cluster import znodes
+from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_message_set, encode_batch
 from hpbroker.replication.isr import LeaderState
+from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.storage import OffsetOutOfRangeError, StorageError
 from hpbroker.workers import observe
-from hpbroker.workers.owner_calls import (AppendResult, DeletedRecords, EpochEndOffset, ListedOffset, LocateResult,
-                                          PartitionBoundsResult)
+from hpbroker.workers.owner_calls import (
+    AppendResult,
+    DeletedRecords,
+    EpochEndOffset,
+    ListedOffset,
+    LocateResult,
+    PartitionBoundsResult,
+)
 
 log = logging.getLogger(__name__)
 # a client retrying into a full disk, or resending a bad batch, fails every few

@@ -26,20 +26,41 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from typing import TYPE_CHECKING
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.storage import LogManager, filenames
-from hpbroker.workers.owner_calls import (Append, AppendResult, Batch, Batched, DataReady, DeletedRecords,
-                                          DeletePartition, DeleteRecords, Done, EpochEnd, FollowerFetch, ListOffset,
-                                          Locate, PartitionBounds, Replicated, WaitForData, WaitReplicated)
+from hpbroker.workers.owner_calls import (
+    Append,
+    AppendResult,
+    Batch,
+    Batched,
+    DataReady,
+    DeletedRecords,
+    DeletePartition,
+    DeleteRecords,
+    Done,
+    EpochEnd,
+    FollowerFetch,
+    ListOffset,
+    Locate,
+    PartitionBounds,
+    Replicated,
+    WaitForData,
+    WaitReplicated,
+)
 from hpbroker.workers.partition import Partition, Role
 from hpbroker.workers.purgatory import Purgatory
 from hpbroker.workers.topics import TopicRegistry
 
+if TYPE_CHECKING:
+    from hpbroker.workers.cluster_topics import ClusterTopics
+
 
 class Partitions:
-    def __init__(self, logs: LogManager, topics: TopicRegistry, *, replicas=None, purgatory: Purgatory | None = None):
+    def __init__(self, logs: LogManager, topics: TopicRegistry | ClusterTopics, *, replicas=None,
+                 purgatory: Purgatory | None = None):
         self.logs = logs
         self.topics = topics
         self.purgatory = purgatory or Purgatory()

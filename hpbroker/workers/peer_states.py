@@ -25,6 +25,7 @@ import dataclasses
 import logging
 
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
@@ -101,7 +102,7 @@ class PeerStates:
 
     async def _ask(self, peer, topics: list[str]) -> dict[tuple[str, int], znodes.PartitionState]:
         """The partition states ``peer`` answers for ``topics``; {} when it cannot be asked."""
-        request = MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=t) for t in topics),
+        request = MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
                                   allow_auto_topic_creation=False, include_topic_authorized_operations=False)
         try:
             connection = await ClientConnection.open(peer.host, peer.port, f"broker-{self.broker_id}-peer-states",

@@ -14,7 +14,10 @@ import os
 import resource
 import signal
 import socket
+from typing import cast
 
+from hpbroker.cluster.worker_link import Session, WorkerLink
+from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
@@ -22,14 +25,12 @@ from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
-from hpbroker.cluster.worker_link import Session, WorkerLink
-from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
+from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.control_endpoint import ControlEndpoint
 from hpbroker.workers.groups import GroupCoordinator
-from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.owners import LocalOwner, Owners
 from hpbroker.workers.partitions import Partitions
@@ -92,7 +93,7 @@ class Worker:
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
                                        fenced=self.partitions.in_doubt if in_cluster else None)
-        if in_cluster:
+        if self.replicas is not None:  # in_cluster
             self.replicas.changed = self.partitions.changed
             self.replicas.on_leadership = self._leadership_changed
         # what this worker answers, to its own handlers and to its peers alike
@@ -124,13 +125,16 @@ class Worker:
 
     def _current_image(self):
         """ZooKeeper's image, with what peers know of leaderships moved while it is out of reach."""
+        assert self.link is not None  # cluster mode
         return self.peer_states.merged(self.link.image())
 
     def _on_image(self, _image=None) -> None:
         """A new cluster image (on the event loop): topics, answers, then roles."""
         image = self._current_image()
-        self.topics.apply(image)
-        self.ctx.cluster.image = image
+        topics = self.topics
+        assert isinstance(topics, ClusterTopics) and self.replicas is not None  # cluster mode
+        topics.apply(image)
+        cast(ImageView, self.ctx.cluster).image = image
         self.replicas.apply(image)
 
     def _on_peer_states(self) -> None:
@@ -138,6 +142,7 @@ class Worker:
 
     def _on_session(self, session: Session) -> None:
         """Cut off from ZooKeeper, ask the peers what moved; back, ZooKeeper is the truth again."""
+        assert self.link is not None and self.replicas is not None  # cluster mode
         if session is Session.CONNECTED:
             self.peer_states.stop()
         else:
@@ -159,9 +164,10 @@ class Worker:
         if self.link is not None:
             cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
-        owners = Owners(self.index, self.workers, self.local_owner, self.peers, self.config["offsets.topic.num.partitions"])
-        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners, groups=self.groups,
-                                 cluster=cluster, producer_ids=producer_ids)
+        owners = Owners(self.index, self.workers, self.local_owner, self.peers,
+                        self.config["offsets.topic.num.partitions"])
+        self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
+                                 groups=self.groups, cluster=cluster, producer_ids=producer_ids)
         if self.link is not None:
             self._on_image()
             self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
@@ -183,6 +189,7 @@ class Worker:
         heartbeat.cancel()
         gauges.cancel()
         if self.replicas is not None:
+            assert self.link is not None  # they come together
             self.peer_states.stop()
             await self.replicas.close()
             self.link.close()
@@ -222,6 +229,7 @@ class Worker:
 
     def _adopt(self, fd: int) -> None:
         sock = socket.socket(fileno=fd)
+        assert self.stopping is not None  # connections come once serve() runs
         if self.stopping.is_set() or self.draining:
             sock.close()
             return
@@ -304,8 +312,8 @@ class Worker:
     async def _heartbeat(self) -> None:
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
         while True:
-            self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()), self.ctx.bytes_in,
-                                                 self.ctx.bytes_out))
+            self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()),
+                                                         self.ctx.bytes_in, self.ctx.bytes_out))
             await asyncio.sleep(interval)
 
 

@@ -133,6 +133,7 @@ class ReplicaManager:
     def _skip_unmeasured(self, seconds: float) -> None:
         now = self.clock.now_ms()
         for partition in self.leaders():
+            assert partition.leadership is not None  # a leader's
             partition.leadership.state.skip_time(int(seconds * 1000), now)
 
     def _suspect_pause(self) -> None:
@@ -189,7 +190,8 @@ class ReplicaManager:
 
     def _follower_progressed(self, partition: Partition) -> None:
         wanted = self.wanted_isr(partition)
-        if wanted is not None and len(wanted) > len(partition.leadership.state.isr):
+        leadership = partition.leadership
+        if wanted is not None and leadership is not None and len(wanted) > len(leadership.state.isr):
             self._propose(partition, wanted)
         self.advance(partition)
 
@@ -197,8 +199,10 @@ class ReplicaManager:
         """Move the high watermark as far as the ISR allows (after an append or a fetch)."""
         if partition.role is not Role.LEADER or not self.trusted():
             return
-        if partition.leadership.state.advance_high_watermark(partition.log.written_offset):
-            partition.log.high_watermark = partition.leadership.state.high_watermark
+        leadership = partition.leadership
+        assert leadership is not None  # a leader's
+        if leadership.state.advance_high_watermark(partition.log.written_offset):
+            partition.log.high_watermark = leadership.state.high_watermark
             self.changed(partition)
 
     def wanted_isr(self, partition: Partition) -> list[int] | None:
@@ -207,6 +211,7 @@ class ReplicaManager:
         if partition.role is not Role.LEADER:
             return None
         leadership = partition.leadership
+        assert leadership is not None  # a leader's
         return leadership.state.isr_change(partition.log.written_offset, self.clock.now_ms(), self._registered(),
                                            leadership.znode.zxid)
 
@@ -216,6 +221,7 @@ class ReplicaManager:
         # again, and the two writers would fight
         isr = [r for r in isr if r == self.broker_id or (r in self.image.brokers and r not in self.image.shutting_down)]
         leadership = partition.leadership
+        assert leadership is not None  # proposed for leaders only
         if (leadership.proposing or sorted(isr) == sorted(leadership.state.isr) or not self.trusted()
                 or self.session is not Session.CONNECTED):
             return  # (without a connection the write cannot be made: the ISR stays as it is meanwhile)
@@ -312,9 +318,11 @@ class ReplicaManager:
     def _lead(self, partition: Partition, state: znodes.PartitionState, replicas: list[int]) -> None:
         if partition.role is Role.LEADER and partition.leader_epoch == state.leader_epoch:
             # same epoch: the ISR may have changed (the controller's writes)
-            partition.leadership.znode = state
-            if sorted(partition.leadership.state.isr) != sorted(state.isr):
-                partition.leadership.state.isr_applied(state.isr)
+            leadership = partition.leadership
+            assert leadership is not None  # a leader's
+            leadership.znode = state
+            if sorted(leadership.state.isr) != sorted(state.isr):
+                leadership.state.isr_applied(state.isr)
             self.advance(partition)
             return
         self._step_down(partition)
@@ -334,7 +342,8 @@ class ReplicaManager:
         if not (partition.role is Role.FOLLOWER
                 and (partition.leader_id, partition.leader_epoch) == (state.leader, state.leader_epoch)):
             self._step_down(partition)
-            partition.role, partition.leader_epoch, partition.leader_id = Role.FOLLOWER, state.leader_epoch, state.leader
+            partition.role = Role.FOLLOWER
+            partition.leader_epoch, partition.leader_id = state.leader_epoch, state.leader
             self.changed(partition)
         leader = image.brokers.get(state.leader)
         if leader is None:

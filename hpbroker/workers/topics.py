@@ -308,7 +308,8 @@ class TopicRegistry:
                 raise TopicError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
             if count <= info.partitions:
                 raise TopicError(ErrorCode.invalid_partitions,
-                                 f"topic {name!r} has {info.partitions} partitions; the new count must be larger, got {count}")
+                                 f"topic {name!r} has {info.partitions} partitions; "
+                                 f"the new count must be larger, got {count}")
             if assignments is not None:
                 check_assignments(assignments, count - info.partitions, 1, {self.broker_id})
             if not validate_only:

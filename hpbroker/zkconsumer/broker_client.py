@@ -71,9 +71,11 @@ class BrokerConnection:
         return self.receive(timeout_s)
 
     def _read(self, n: int) -> bytes:
+        sock = self._sock
+        assert sock is not None  # receive() checked it
         chunks, left = [], n
         while left:
-            chunk = self._sock.recv(min(left, 1 << 20))
+            chunk = sock.recv(min(left, 1 << 20))
             if not chunk:
                 raise ConnectionError(f"{self._where()} closed the connection")
             chunks.append(chunk)

@@ -25,9 +25,9 @@ from typing import Iterator
 from hpbroker.clock import now_ms
 from hpbroker.cluster import session, znodes
 from hpbroker.cluster.consumer_registry import ConsumerRegistry
+from hpbroker.sentinels import EARLIEST, LATEST
 from hpbroker.zkconsumer.broker_client import BrokerConnections
 from hpbroker.zkconsumer.offset_storage import DualOffsets, KafkaOffsets, OffsetStorageError, ZooKeeperOffsets
-from hpbroker.sentinels import EARLIEST, LATEST
 from hpbroker.zkconsumer.partition_fetcher import Message, PartitionFetcher
 from hpbroker.zkconsumer.range_assignment import range_assign
 
@@ -110,6 +110,7 @@ class ZookeeperConsumer:
     def _registration(self) -> znodes.ConsumerRegistration:
         if self.pattern is not None:
             return znodes.ConsumerRegistration({self.pattern.pattern: STREAMS}, znodes.PATTERN_WHITE_LIST, now_ms())
+        assert self.topics is not None  # a pattern, or topics
         return znodes.ConsumerRegistration({t: STREAMS for t in self.topics}, znodes.PATTERN_STATIC, now_ms())
 
     # --- what the application calls --------------------------------------------------------

@@ -13,8 +13,11 @@ from __future__ import annotations
 import time
 
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
-from kio.schema.offset_commit.v8.request import (OffsetCommitRequest, OffsetCommitRequestPartition,
-                                                 OffsetCommitRequestTopic)
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i64

@@ -8,6 +8,11 @@ followed.  A position with no stored offset, or out of the log's range, is
 reset to the earliest or latest offset as ``auto_offset_reset`` says.
 """
 
+# kio types request fields with phantom types (i32, i64, BrokerId, TopicName, i32Timedelta...) that
+# plain ints, strs and timedeltas satisfy at run time; wrapping each value (i32(x)...) would re-validate
+# it on every fetch.
+# pyright: reportArgumentType=false
+
 from __future__ import annotations
 
 import datetime
@@ -17,16 +22,15 @@ from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
-
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 
-from hpbroker.sentinels import EARLIEST
 from hpbroker.errors import ErrorCode
 from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_BAD_CRC, STOP_BAD_LENGTH, STOP_BAD_MAGIC
 from hpbroker.records import CorruptRecordError, decode_message_set
 from hpbroker.records.batch_columns import data_batches, decode_scanned
+from hpbroker.sentinels import EARLIEST
 from hpbroker.zkconsumer.broker_client import BrokerConnections
 
 log = logging.getLogger(__name__)
@@ -35,8 +39,9 @@ TopicPartition = tuple[str, int]
 _STOP_NAMES = {STOP_BAD_CRC: "a CRC mismatch", STOP_BAD_LENGTH: "an impossible entry length",
                STOP_BAD_MAGIC: "an unknown magic byte"}
 _CORRUPT_STOPS = frozenset(_STOP_NAMES)
-_LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition, ErrorCode.leader_not_available,
-                           ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.replica_not_available,
+_LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition,
+                           ErrorCode.leader_not_available, ErrorCode.fenced_leader_epoch,
+                           ErrorCode.unknown_leader_epoch, ErrorCode.replica_not_available,
                            ErrorCode.kafka_storage_error})
 
 
@@ -70,8 +75,8 @@ class PartitionFetcher:
 
     def at_end(self) -> bool:
         """Every owned partition has been read up to its high watermark."""
-        return all(self.positions.get(tp) is not None and tp in self.high_watermarks
-                   and self.positions[tp] >= self.high_watermarks[tp] for tp in self.positions)
+        return all((position := self.positions.get(tp)) is not None and tp in self.high_watermarks
+                   and position >= self.high_watermarks[tp] for tp in self.positions)
 
     def fetch(self, max_wait_s: float) -> list[Message]:
         """One round: a Fetch to every leader at once, their answers decoded.

@@ -47,7 +47,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import confluent_kafka as ck
 
@@ -169,7 +169,7 @@ class ProducerHistory:
     def acked_between(self, t0: float, t1: float | None = None) -> list[Send]:
         """The sends acknowledged at monotonic times t0..t1 (t1: now)."""
         t1 = time.monotonic() if t1 is None else t1
-        return [s for s in self.sends if s.status == "acked" and t0 <= s.done_at <= t1]
+        return [s for s in self.sends if s.status == "acked" and s.done_at is not None and t0 <= s.done_at <= t1]
 
     def progressed(self, count: int):
         """A condition (for wait_for): ``count`` more acknowledgements than when asked."""
@@ -186,6 +186,7 @@ class ProducerHistory:
         whatever is still without an outcome then stays indeterminate."""
         self._stop.set()
         for producing in self._producing:
+            assert producing.thread is not None  # started with the history
             producing.thread.join(self.flush_timeout + 30)
             if producing.thread.is_alive():
                 self.crashed.append(f"{producing.name} did not stop")
@@ -272,11 +273,14 @@ class ConsumerHistory:
                 consumer.assign([ck.TopicPartition(self.topic, p, ck.OFFSET_BEGINNING) for p in self.partitions])
                 while not self._stop.is_set():
                     for message in consumer.consume(500, 0.2):
-                        if message.error() is None:
-                            self.reads.append(Read(message.partition(), message.offset(), message.value(),
+                        error = message.error()
+                        if error is None:
+                            # a record's partition, offset and value (none null here): confluent-kafka types
+                            # them Optional for error messages
+                            self.reads.append(Read(message.partition(), message.offset(), message.value(),  # pyright: ignore[reportArgumentType]
                                                    time.monotonic()))
-                        elif message.error().code() != ck.KafkaError._PARTITION_EOF:
-                            self.errors.append(str(message.error()))
+                        elif error.code() != ck.KafkaError._PARTITION_EOF:
+                            self.errors.append(str(error))
             finally:
                 consumer.close()
         except BaseException as exc:  # noqa: BLE001
@@ -330,15 +334,17 @@ def read_everything(bootstrap: str, topic: str, partitions, timeout: float = 60.
                 short = {p: f"{position[p]}/{ends[p]}" for p in parts if position[p] < ends[p]}
                 raise TimeoutError(f"could not read {topic} to its end within {timeout:.0f} s: {short}")
             for message in consumer.consume(1000, 0.5):
-                p = message.partition()
-                if message.error() is not None:
-                    if message.error().code() == ck.KafkaError._PARTITION_EOF:
-                        position[p] = max(position[p], message.offset())
+                # confluent-kafka types a message's partition, offset and value Optional (error messages)
+                p, offset, value = cast(int, message.partition()), cast(int, message.offset()), message.value()
+                error = message.error()
+                if error is not None:
+                    if error.code() == ck.KafkaError._PARTITION_EOF:
+                        position[p] = max(position[p], offset)
                     continue
-                if (p, message.offset(), message.value()) not in seen:
-                    seen.add((p, message.offset(), message.value()))
-                    found[p].append((message.offset(), message.value()))
-                position[p] = max(position[p], message.offset() + 1)
+                if (p, offset, value) not in seen:
+                    seen.add((p, offset, value))
+                    found[p].append((offset, cast(bytes, value)))
+                position[p] = max(position[p], offset + 1)
     finally:
         consumer.close()
     return {p: sorted(entries, key=lambda e: e[0]) for p, entries in found.items()}
@@ -469,8 +475,8 @@ def check(producers, reads: dict[int, list[tuple[int, bytes]]], consumer_reads=(
 
     acked_sends = [s for s in sends if s.status == "acked"]
     report.lost = [s for s in acked_sends if s.value not in final_where]
-    report.wrong_offset = [(s, final_at.get((s.partition, s.offset))) for s in acked_sends
-                           if final_at.get((s.partition, s.offset)) != s.value]
+    acked_at = [(s, (cast(int, s.partition), cast(int, s.offset))) for s in acked_sends]  # set once acked
+    report.wrong_offset = [(s, final_at.get(at)) for s, at in acked_at if final_at.get(at) != s.value]
     report.vanished = sorted({Read(*r[:3]) for r in live if r.value not in final_where},
                              key=lambda r: (r.partition, r.offset))
 

@@ -16,13 +16,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from harness.broker import Broker
 from harness.cluster import FAST, SESSION_MS, Cluster
 from harness.zookeeper import ZooKeeperServer
 from hpbroker.cluster import session
-from tests.cluster.netlab import Host, NetLab, netlab  # noqa: F401
+from tests.cluster.netlab import Host, NetLab
 
 ZK_PORT = 2181
 BROKER_PORT = 9092
@@ -89,15 +87,4 @@ class LabCluster(Cluster):
     def logs(self, lines: int = 40) -> str:
         """The tail of every broker's log, for a failure message."""
         return "\n".join(f"--- broker {i} ---\n{b.log_tail(lines)}" for i, b in self.brokers.items())
-
-
-@pytest.fixture
-def lab_cluster(netlab, tmp_path):  # noqa: F811
-    """ZooKeeper and three brokers on hosts of a fresh lab, started; all killed at the end."""
-    found = LabCluster(netlab, tmp_path)
-    try:
-        found.start_all()
-        yield found
-    finally:
-        found.close()
 

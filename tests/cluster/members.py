@@ -1,13 +1,12 @@
 """ZooKeeper members without a data plane (session, registration, image
 watcher, controller), for tests that drive the controller exactly, and the
-helpers those tests share: the fixtures ``cluster`` (start members by id) and
-``admin`` (a plain client reading and writing znodes as an operator would),
-and one worker's replica machinery wired to its own session (``worker``)."""
+helpers those tests share (their fixtures ``start_members`` and ``admin`` are in
+conftest.py), and one worker's replica machinery wired to its own session
+(``worker``)."""
 
 import asyncio
 import contextlib
 
-import pytest
 from kazoo.client import KazooClient
 
 from harness.waiting import wait_for
@@ -64,28 +63,6 @@ class Member:
         session.close(self.client)
 
 
-@pytest.fixture
-def cluster(chroot):
-    members: dict[int, Member] = {}
-
-    def start(*ids, settings=ControllerSettings()):
-        for broker_id in ids:
-            members[broker_id] = Member(chroot, broker_id, settings)
-        return members
-
-    yield start
-    for member in members.values():
-        member.leave()
-
-
-@pytest.fixture
-def admin(chroot):
-    client = session.connect(chroot, SESSION_MS, 10000)
-    registration.ensure_layout(client)
-    yield client
-    session.close(client)
-
-
 def controller_of(admin) -> tuple[int, int]:
     data, _ = admin.get(znodes.CONTROLLER)
     epoch, _ = admin.get(znodes.CONTROLLER_EPOCH)
@@ -104,14 +81,17 @@ def create_topic(admin, topic, assignment):
     admin.create(znodes.topic_path(topic), znodes.TopicAssignment(topic, assignment, "id-" + topic).encode())
 
 
-def wait_state(admin, topic, p, what, condition):
+def wait_state(admin, topic, p, what, condition) -> znodes.PartitionState:
     wait_for(lambda: (s := state(admin, topic, p)) is not None and condition(s), WAIT_S, what)
-    return state(admin, topic, p)
+    found = state(admin, topic, p)
+    assert found is not None, f"{topic}-{p}'s state vanished"
+    return found
 
 
 def set_isr(admin, topic, p, isr):
     """What the leader writes when a follower has caught up (same epoch, version-checked)."""
     current = state(admin, topic, p)
+    assert current is not None, f"{topic}-{p} has no state"
     admin.set(znodes.partition_state_path(topic, p), znodes.PartitionState(
         current.leader, current.leader_epoch, isr, current.controller_epoch).encode(), version=current.zk_version)
 

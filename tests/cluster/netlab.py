@@ -48,8 +48,6 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 
-import pytest
-
 from harness.netns import NETNS_DIR, entered
 
 PREFIX = "hpnl"
@@ -262,10 +260,3 @@ class NetLab:
                 script += f"add element inet {TABLE} blocked {{ {', '.join(sorted(wanted))} }}\n"
             _run(host.command(["nft", "-f", "-"]), input=script)
             host.blocked = wanted
-
-
-@pytest.fixture
-def netlab():
-    """A fresh NetLab, deleted (with whatever runs in it) after the test."""
-    with NetLab() as lab:
-        yield lab

@@ -26,8 +26,7 @@ from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.producer_ids import ClusterProducerIds
-from tests.cluster.members import (SESSION_MS, WAIT_S, Member, admin, cluster, set_isr, state,  # noqa: F401
-                                   wait_state)
+from tests.cluster.members import SESSION_MS, WAIT_S, Member, set_isr, state, wait_state
 
 CREATE, INIT_PRODUCER_ID, ELECT, ALTER, LIST = 19, 22, 43, 45, 46
 
@@ -70,15 +69,15 @@ def codes(response) -> dict:
             for p in r.partition_result}
 
 
-def test_elect_leaders_in_a_cluster(cluster, admin, chroot, tmp_path):
-    members = cluster(1, 2)
+def test_elect_leaders_in_a_cluster(start_members, admin, chroot, tmp_path):
+    members = start_members(1, 2)
     admin.create(znodes.topic_path("t"), znodes.TopicAssignment("t", {0: [1, 2], 1: [2, 1], 2: [1, 2]}).encode())
     for p in (0, 1, 2):
         wait_state(admin, "t", p, "leaders", lambda s: s.isr == [1, 2] or s.isr == [2, 1])
     members[1].crash(chroot)
     for p in (0, 2):
         wait_state(admin, "t", p, "broker 2 to lead", lambda s: s.leader == 2)
-    cluster(1)
+    start_members(1)
     set_isr(admin, "t", 0, [2, 1])  # broker 1 caught up on partition 0, not on partition 2
 
     async def main():
@@ -92,7 +91,8 @@ def test_elect_leaders_in_a_cluster(cluster, admin, chroot, tmp_path):
                                        ("t", 2): ErrorCode.preferred_leader_not_available,
                                        ("t", 7): ErrorCode.unknown_topic_or_partition,
                                        ("nope", 0): ErrorCode.unknown_topic_or_partition}
-            assert state(admin, "t", 0).leader == 1  # answered once elected
+            elected = state(admin, "t", 0)
+            assert elected is not None and elected.leader == 1  # answered once elected
             # all partitions: only those elected or failed are listed
             response = await call(ctx, ELECT, 2, elect_request(0, None))
             assert codes(response) == {("t", 2): ErrorCode.preferred_leader_not_available}
@@ -105,8 +105,8 @@ def test_elect_leaders_in_a_cluster(cluster, admin, chroot, tmp_path):
     asyncio.run(main())
 
 
-def test_alter_and_list_reassignments_in_a_cluster(cluster, admin, chroot, tmp_path):
-    cluster(1, 2, 3)
+def test_alter_and_list_reassignments_in_a_cluster(start_members, admin, chroot, tmp_path):
+    start_members(1, 2, 3)
     admin.create(znodes.topic_path("t"), znodes.TopicAssignment("t", {0: [1, 2], 1: [2, 3]}).encode())
     wait_state(admin, "t", 0, "a leader", lambda s: s.isr == [1, 2])
     alter, listing = kio(ALTER, 1), kio(LIST, 0)
@@ -160,7 +160,9 @@ def test_an_admin_write_waiting_on_zookeeper_leaves_the_loop_serving(tmp_path):
             link.admin.timeout_s = 1.5
             await until(lambda: ctx.cluster.image.live == {1}, "the worker's image to list broker 1")
             server.kill()
-            await until(lambda: not link.client.connected, "the worker to notice ZooKeeper is gone")
+            client = link.client
+            assert client is not None
+            await until(lambda: not client.connected, "the worker to notice ZooKeeper is gone")
 
             gaps, last = [], time.monotonic()
 

@@ -65,7 +65,8 @@ def test_a_generated_broker_id_is_kept_across_restarts(zookeeper, chroot, tmp_pa
         generated = int(props["broker.id"])
         assert generated > znodes.RESERVED_BROKER_MAX_ID
         broker.restart()
-        assert checkpoints.read_properties(str(tmp_path / "generated" / "meta.properties"))["broker.id"] == str(generated)
+        props = checkpoints.read_properties(str(tmp_path / "generated" / "meta.properties"))
+        assert props["broker.id"] == str(generated)
         assert generated in {int(c) for c in session_children(chroot, znodes.BROKER_IDS)}
 
         # the sources set no broker.id: a reload must not take the settled one for a change
@@ -145,7 +146,8 @@ def test_a_second_sigterm_skips_the_controlled_shutdown(zookeeper, chroot, tmp_p
         os.kill(broker.pid, signal.SIGTERM)
         wait_for(lambda: cluster.zk.exists(znodes.controlled_shutdown_path(1)), 30,
                  "broker 1 to ask the controller for a controlled shutdown")
-        assert broker.proc.poll() is None and 1 in cluster.registered(), broker.log_tail()
+        assert broker.proc is not None and broker.proc.poll() is None and 1 in cluster.registered(), \
+            broker.log_tail()
 
         started = time.monotonic()
         broker.stop(timeout=25)  # the second SIGTERM: exit 0 and a clean-shutdown marker, or BrokerError

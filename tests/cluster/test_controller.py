@@ -8,11 +8,11 @@ from harness.waiting import wait_for
 from hpbroker.cluster import session, znodes
 from hpbroker.cluster.controller import Controller, ControllerSettings
 from hpbroker.cluster.watcher import ImageWatcher
-from tests.cluster.members import SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic, state, wait_state  # noqa: F401
+from tests.cluster.members import SESSION_MS, WAIT_S, controller_of, create_topic, state, wait_state
 
 
-def test_one_controller_and_a_new_epoch_on_each_takeover(cluster, admin, chroot):
-    members = cluster(1, 2, 3)
+def test_one_controller_and_a_new_epoch_on_each_takeover(start_members, admin, chroot):
+    members = start_members(1, 2, 3)
     wait_for(lambda: admin.exists(znodes.CONTROLLER), WAIT_S, "a controller")
     first, epoch = controller_of(admin)
     assert sum(m.controller.active for m in members.values()) == 1
@@ -27,8 +27,8 @@ def test_one_controller_and_a_new_epoch_on_each_takeover(cluster, admin, chroot)
     assert controller_of(admin)[1] == epoch + 2
 
 
-def test_new_topics_get_leaders_and_a_dead_leader_is_replaced_from_the_isr(cluster, admin, chroot):
-    members = cluster(1, 2, 3)
+def test_new_topics_get_leaders_and_a_dead_leader_is_replaced_from_the_isr(start_members, admin, chroot):
+    members = start_members(1, 2, 3)
     assignment = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
     create_topic(admin, "orders", assignment)
     for p, replicas in assignment.items():
@@ -41,30 +41,31 @@ def test_new_topics_get_leaders_and_a_dead_leader_is_replaced_from_the_isr(clust
     assert kept.leader == 1 and kept.leader_epoch == 0
 
 
-def test_a_partition_whose_isr_is_all_gone_waits_for_its_last_in_sync_replica(cluster, admin, chroot):
-    members = cluster(1, 2)
+def test_a_partition_whose_isr_is_all_gone_waits_for_its_last_in_sync_replica(start_members, admin, chroot):
+    members = start_members(1, 2)
     create_topic(admin, "t", {0: [1, 2]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1)
     # broker 2 drops out of the ISR (as a lagging follower would be shrunk out)
     current = state(admin, "t", 0)
+    assert current is not None
     admin.set(znodes.partition_state_path("t", 0),
               znodes.PartitionState(1, current.leader_epoch, [1], current.controller_epoch).encode(),
               version=current.zk_version)
     members[1].crash(chroot)
     offline = wait_state(admin, "t", 0, "the partition to go offline", lambda s: s.leader == -1)
     assert offline.isr == [1] and offline.leader_epoch == 1  # 2 is out of sync: not elected
-    cluster(1)
+    start_members(1)
     back = wait_state(admin, "t", 0, "broker 1 to lead again", lambda s: s.leader == 1)
     assert back.leader_epoch == 2
 
 
-def test_a_broker_that_registered_again_unseen_is_out_of_every_isr_and_leads_no_more(cluster, admin):
+def test_a_broker_that_registered_again_unseen_is_out_of_every_isr_and_leads_no_more(start_members, admin):
     """Its registration is replaced in one ZooKeeper transaction, so the
     controller's watches never see it go (as when a restarted broker registers
     the moment its predecessor's session ends): its new broker epoch alone
     says it is another incarnation, which nothing shows to hold what the ISR
     promised (it may have restarted on an empty disk)."""
-    cluster(1, 2, 3)
+    start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2, 3], 1: [2, 1, 3]})
     wait_state(admin, "t", 0, "partition 0's state", lambda s: s.isr == [1, 2, 3])
     before = wait_state(admin, "t", 1, "broker 2 to lead partition 1", lambda s: s.leader == 2)
@@ -80,8 +81,8 @@ def test_a_broker_that_registered_again_unseen_is_out_of_every_isr_and_leads_no_
     assert moved.leader == 1 and moved.leader_epoch == before.leader_epoch + 1 and 2 not in moved.isr
 
 
-def test_unclean_election_lets_an_out_of_sync_replica_lead(cluster, admin, chroot):
-    members = cluster(1, 2, settings=ControllerSettings(unclean_leader_election=True))
+def test_unclean_election_lets_an_out_of_sync_replica_lead(start_members, admin, chroot):
+    members = start_members(1, 2, settings=ControllerSettings(unclean_leader_election=True))
     create_topic(admin, "t", {0: [1, 2]})
     current = wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1)
     admin.set(znodes.partition_state_path("t", 0),
@@ -91,8 +92,8 @@ def test_unclean_election_lets_an_out_of_sync_replica_lead(cluster, admin, chroo
     assert found.isr == [2]
 
 
-def test_controlled_shutdown_moves_leadership_before_the_broker_leaves(cluster, admin):
-    members = cluster(1, 2, 3)
+def test_controlled_shutdown_moves_leadership_before_the_broker_leaves(start_members, admin):
+    members = start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2, 3], 1: [1, 3, 2]})
     wait_state(admin, "t", 1, "leaders", lambda s: s.leader == 1)
     members[1].client.create(znodes.controlled_shutdown_path(1), ephemeral=True)
@@ -102,8 +103,8 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_leaves(cluster, 
     assert members[1].registration.registered.is_set()  # still running: it left nothing offline
 
 
-def test_deleting_a_topic_removes_its_znodes(cluster, admin):
-    cluster(1)
+def test_deleting_a_topic_removes_its_znodes(start_members, admin):
+    start_members(1)
     create_topic(admin, "gone", {0: [1], 1: [1]})
     admin.create(znodes.topic_config_path("gone"), znodes.encode_topic_config({"retention.ms": "1"}))
     wait_state(admin, "gone", 1, "states", lambda s: True)
@@ -113,15 +114,16 @@ def test_deleting_a_topic_removes_its_znodes(cluster, admin):
     assert not admin.exists(znodes.topic_config_path("gone"))
 
 
-def test_preferred_replica_election_on_request(cluster, admin, chroot):
-    members = cluster(1, 2)
+def test_preferred_replica_election_on_request(start_members, admin, chroot):
+    members = start_members(1, 2)
     create_topic(admin, "t", {0: [1, 2]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     members[1].crash(chroot)
     wait_state(admin, "t", 0, "broker 2 to lead", lambda s: s.leader == 2)
-    cluster(1)
+    start_members(1)
     # broker 1 is back in sync (what its follower fetches would achieve)
     current = state(admin, "t", 0)
+    assert current is not None
     admin.set(znodes.partition_state_path("t", 0),
               znodes.PartitionState(2, current.leader_epoch, [2, 1], current.controller_epoch).encode(),
               version=current.zk_version)
@@ -131,12 +133,12 @@ def test_preferred_replica_election_on_request(cluster, admin, chroot):
     wait_for(lambda: not admin.exists(znodes.PREFERRED_REPLICA_ELECTION), WAIT_S, "the request to be taken")
 
 
-def test_a_replaced_controller_cannot_write(cluster, admin):
+def test_a_replaced_controller_cannot_write(start_members, admin):
     """Once /controller_epoch has moved past its term (as when another broker
     took over while this one was paused) a controller's writes fail: nothing
     is written under the old epoch.  Still holding /controller, it gives the
     znode up and stands again, so the cluster is not left without a controller."""
-    members = cluster(1)
+    members = start_members(1)
     wait_for(lambda: members[1].controller.active, WAIT_S, "broker 1 to be controller")
     data, stat = admin.get(znodes.CONTROLLER_EPOCH)
     term = znodes.decode_controller_epoch(data)
@@ -147,11 +149,11 @@ def test_a_replaced_controller_cannot_write(cluster, admin):
     assert controller_of(admin) == (1, term + 2)
 
 
-def test_a_controller_acts_although_its_image_still_names_the_one_before(cluster, admin):
+def test_a_controller_acts_although_its_image_still_names_the_one_before(start_members, admin):
     """A broker's create of /controller can return before its own watch has
     re-read the znode: the image then names the broker it replaced.  It must
     check ZooKeeper, not resign while keeping the znode (no controller at all)."""
-    members = cluster(1)
+    members = start_members(1)
     controller = members[1].controller
     wait_for(lambda: controller.active, WAIT_S, "broker 1 to be controller")
     stale = dataclasses.replace(members[1].watcher.image(), controller_id=7)

@@ -6,12 +6,12 @@ written twice, and the group keeps consuming from its committed offsets."""
 
 import threading
 import time
+from typing import cast
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.waiting import wait_for
-from tests.cluster.brokers import cluster  # noqa: F401
 
 PARTITIONS = 3
 
@@ -76,7 +76,7 @@ class Consuming:
         while not self._stop.is_set():
             message = self.consumer.poll(0.2)
             if message is not None and message.error() is None:
-                self.seen.add(message.value())
+                self.seen.add(cast(bytes, message.value()))  # confluent-kafka types it Optional (null values)
         self.consumer.close()
 
     def stop(self) -> None:
@@ -102,7 +102,8 @@ def read_everything(bootstrap: str, topic: str) -> list[bytes]:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 values.append(message.value())
-                positions[message.partition()] = message.offset() + 1
+                # a record's: confluent-kafka types them Optional for error messages
+                positions[cast(int, message.partition())] = cast(int, message.offset()) + 1
     finally:
         consumer.close()
     return values

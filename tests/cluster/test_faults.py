@@ -11,13 +11,14 @@ import confluent_kafka as ck
 import kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from harness.cluster import SESSION_MS, Cluster
 from harness.waiting import wait_for
 from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.replication.client import ClientConnection
-from tests.cluster.brokers import cluster  # noqa: F401
 from tests.cluster.test_failover import Producing
 
 
@@ -32,7 +33,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], acks: str) -> None:
                             "message.timeout.ms": 60000})
     failed = []
     for value in values:
-        producer.produce(topic, value, partition=0, on_delivery=lambda e, m: e is None or failed.append(e))
+        producer.produce(topic, value, partition=0, on_delivery=lambda e, m: None if e is None else failed.append(e))
     assert producer.flush(90) == 0
     assert not failed, failed[:3]
 
@@ -48,9 +49,10 @@ def replica_values(broker_dir: Path, topic: str) -> list[bytes]:
 
 
 def raw_produce(topic: str, value: bytes) -> ProduceRequest:
-    return ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(
-        TopicProduceData(name=topic, partition_data=(
-            PartitionProduceData(index=0, records=encode_batch([Record(0, 0, None, value)])),)),))
+    partition = PartitionProduceData(index=i32(0), records=Records(encode_batch([Record(0, 0, None, value)])))
+    return ProduceRequest(transactional_id=None, acks=i16(1),
+                          timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+                          topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(partition,)),))
 
 
 def test_a_broker_paused_past_its_session_takes_no_write_for_what_it_lost(cluster):

@@ -17,7 +17,6 @@ from harness.broker import children
 from harness.cluster import FAST, SESSION_MS
 from harness.waiting import wait_for
 from hpbroker.server.ownership import group_partition
-from tests.cluster.brokers import cluster  # noqa: F401
 
 TOPIC, GROUP, PARTITIONS, RECORDS = "orders", "survivors", 3, 30
 STALL_S = SESSION_MS / 1000 / 2 + 0.5  # past half the session timeout: the worker must doubt its session

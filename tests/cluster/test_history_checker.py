@@ -12,6 +12,7 @@ def stored(*sends_and_extra) -> dict[int, list[tuple[int, bytes]]]:
     found: dict[int, list] = {}
     for item in sends_and_extra:
         if isinstance(item, Send):
+            assert item.partition is not None  # acknowledged
             found.setdefault(item.partition, []).append((item.offset, item.value))
         else:
             partition, offset, value = item

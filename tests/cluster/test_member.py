@@ -20,7 +20,8 @@ def members(chroot):
         member = ClusterMember(MemberSettings(chroot, 4000, 10000, broker_id=broker_id, port=19000 + (broker_id or 0),
                                               **kw), on_image)
         made.append(member)
-        member.join(*stored, new_cluster_id)
+        stored_broker_id, stored_cluster_id = stored
+        member.join(stored_broker_id, stored_cluster_id, new_cluster_id)
         return member
 
     yield make

@@ -16,8 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.waiting import wait_for
 from tests.cluster.history import ConsumerHistory, ProducerHistory, check, read_everything
-from tests.cluster.lab_cluster import lab_cluster  # noqa: F401
-from tests.cluster.netlab import NetLab, netlab, sweep_stale  # noqa: F401
+from tests.cluster.netlab import NetLab, sweep_stale
 
 ECHO = """
 import socket, sys, threading
@@ -149,7 +148,7 @@ def test_inside_moves_the_calling_thread_and_threads_born_there_stay(netlab):
     assert born["child"] == there
 
 
-def test_a_lab_cluster_takes_writes_from_the_client_host_and_the_history_checks_out(lab_cluster):  # noqa: F811
+def test_a_lab_cluster_takes_writes_from_the_client_host_and_the_history_checks_out(lab_cluster):
     cluster = lab_cluster
     topic, partitions = "lab", 3
     assert cluster.registered() == {1, 2, 3}

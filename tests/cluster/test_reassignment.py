@@ -14,8 +14,8 @@ from harness.waiting import until, wait_for
 from hpbroker.cluster import reassignment, znodes
 from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
-from tests.cluster.members import (SESSION_MS, WAIT_S, admin, cluster, controller_of, create_topic,  # noqa: F401
-                                   set_isr, state, wait_state, worker)
+from tests.cluster.members import SESSION_MS, WAIT_S, controller_of, create_topic, set_isr, state, wait_state, worker
+
 
 @pytest.fixture
 def link(chroot, admin):
@@ -52,6 +52,7 @@ def test_plan_follows_kafkas_order_of_checks():
     assert errors(outcomes) == {0: ErrorCode.none, 1: ErrorCode.invalid_replica_assignment,
                                 2: ErrorCode.unknown_topic_or_partition, 3: ErrorCode.no_reassignment_in_progress,
                                 4: ErrorCode.invalid_replica_assignment}
+    assert planned is not None
     # target first, then the origin's others; what is added and removed
     assert planned.partitions == {0: [3, 2, 1], 1: [2, 3]}
     assert planned.adding_replicas == {0: [3]} and planned.removing_replicas == {0: [1]}
@@ -61,6 +62,7 @@ def test_plan_follows_kafkas_order_of_checks():
     # redirected from the origin (not from the replicas of the first move), then cancelled
     redirected, outcomes = reassignment.plan("t", planned, {0: [1, 4]}, {1, 2, 3, 4})
     assert errors(outcomes) == {0: ErrorCode.none}
+    assert redirected is not None
     assert (redirected.partitions[0], redirected.adding_replicas[0], redirected.removing_replicas[0]) == \
         ([1, 4, 2], [4], [2])
     cancelled, outcomes = reassignment.plan("t", redirected, {0: None}, {1, 2, 3, 4})
@@ -88,8 +90,8 @@ def test_legacy_znode_json_reads_what_kafkas_tool_writes():
 
 
 # --- the controller ------------------------------------------------------------------------------
-def test_a_partition_moves_once_its_target_is_in_sync(cluster, admin, link):
-    cluster(1, 2, 3)
+def test_a_partition_moves_once_its_target_is_in_sync(start_members, admin, link):
+    start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     wait_live(link, 1, 2, 3)
@@ -114,8 +116,8 @@ def test_a_partition_moves_once_its_target_is_in_sync(cluster, admin, link):
     assert admin_call(link.admin.list_reassignments(None)) == []
 
 
-def test_the_leader_stays_when_it_is_in_the_target(cluster, admin, link):
-    cluster(1, 2, 3)
+def test_the_leader_stays_when_it_is_in_the_target(start_members, admin, link):
+    start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2, 3]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2, 3])
     wait_live(link, 1, 2, 3)
@@ -127,8 +129,8 @@ def test_the_leader_stays_when_it_is_in_the_target(cluster, admin, link):
     assert not znodes.being_reassigned(assignment(admin, "t"), 0)
 
 
-def test_cancelling_returns_to_the_origin_and_the_added_replicas_leave_the_isr(cluster, admin, link):
-    cluster(1, 2, 3, 4)
+def test_cancelling_returns_to_the_origin_and_the_added_replicas_leave_the_isr(start_members, admin, link):
+    start_members(1, 2, 3, 4)
     create_topic(admin, "t", {0: [1, 2], 1: [2, 3]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     wait_state(admin, "t", 1, "a leader", lambda s: s.leader == 2)
@@ -155,8 +157,8 @@ def test_cancelling_returns_to_the_origin_and_the_added_replicas_leave_the_isr(c
     assert assignment(admin, "t").partitions == {0: [1, 2], 1: [2, 3]}  # refused requests wrote nothing
 
 
-def test_legacy_reassign_partitions_znode(cluster, admin):
-    cluster(1, 2, 3)
+def test_legacy_reassign_partitions_znode(start_members, admin):
+    start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2], 1: [2, 3]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     wait_state(admin, "t", 1, "a leader", lambda s: s.leader == 2)
@@ -179,8 +181,8 @@ def test_legacy_reassign_partitions_znode(cluster, admin):
     assert assignment(admin, "t").partitions == {0: [2, 3], 1: [2, 3]}
 
 
-def test_an_api_request_takes_a_partition_out_of_the_legacy_znode(cluster, admin, link):
-    cluster(1, 2, 3)
+def test_an_api_request_takes_a_partition_out_of_the_legacy_znode(start_members, admin, link):
+    start_members(1, 2, 3)
     create_topic(admin, "t", {0: [1, 2]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1)
     wait_live(link, 1, 2, 3)
@@ -192,8 +194,8 @@ def test_an_api_request_takes_a_partition_out_of_the_legacy_znode(cluster, admin
     assert assignment(admin, "t").partitions == {0: [2, 1]}  # the origin, in the order the move left it
 
 
-def test_a_new_controller_resumes_a_reassignment(cluster, admin, link, chroot):
-    members = cluster(1, 2, 3, 4)
+def test_a_new_controller_resumes_a_reassignment(start_members, admin, link, chroot):
+    members = start_members(1, 2, 3, 4)
     wait_for(lambda: admin.exists(znodes.CONTROLLER), WAIT_S, "a controller")
     first, _epoch = controller_of(admin)
     a, b, c = sorted(set(members) - {first})
@@ -214,8 +216,8 @@ def test_a_new_controller_resumes_a_reassignment(cluster, admin, link, chroot):
     assert assignment(admin, "t").partitions == {0: [b, c]}
 
 
-def test_unclean_election_on_request(cluster, admin, link, chroot):
-    members = cluster(1, 2)
+def test_unclean_election_on_request(start_members, admin, link, chroot):
+    members = start_members(1, 2)
     create_topic(admin, "t", {0: [1, 2]})
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
     set_isr(admin, "t", 0, [1])  # broker 2 fell behind
@@ -236,11 +238,11 @@ def test_election_requests_add_to_a_pending_one(admin, link):
 
 
 # --- with a real leader ---------------------------------------------------------------------------------
-def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(cluster, admin, chroot, tmp_path):
+def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(start_members, admin, chroot, tmp_path):
     """Broker 1's data plane is a real ReplicaManager: the epoch bump gives it
     the new replica set, broker 3's fetch (played by ``locate``) brings it into
     the ISR, and the controller finishes the move."""
-    cluster(1, 2, 3)
+    start_members(1, 2, 3)
     admin.create(znodes.topic_path("t"), znodes.TopicAssignment("t", {0: [1, 2]}).encode())
     wait_state(admin, "t", 0, "a leader", lambda s: s.leader == 1 and s.isr == [1, 2])
 
@@ -250,7 +252,7 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
 
             def leads_at(epoch: int) -> bool:
                 found = parts.partitions.resolve("t", 0)
-                return parts.leads("t", 0) and found.leader_epoch == epoch
+                return parts.leads("t", 0) and not isinstance(found, ErrorCode) and found.leader_epoch == epoch
             await until(lambda: parts.leads("t", 0), "broker 1 to lead")
             await until(lambda: link.image().live >= {1, 2, 3}, "the image to list every broker")
             outcomes = await link.admin.alter_reassignments("t", {0: [1, 3]})
@@ -258,8 +260,10 @@ def test_the_leader_takes_the_new_replica_in_and_the_reassignment_completes(clus
             await until(lambda: leads_at(1), "broker 1 to lead at the new epoch")
             epoch = link.image().brokers[3].epoch  # the incarnation of broker 3 its fetches name
             parts.follower_fetch("t", 0, 0, 3, epoch)  # it holds everything
-            await until(lambda: (state(admin, "t", 0).leader_epoch == 2), "the reassignment to complete")
+            await until(lambda: (s := state(admin, "t", 0)) is not None and s.leader_epoch == 2,
+                        "the reassignment to complete")
             done = state(admin, "t", 0)
+            assert done is not None
             assert (done.leader, done.isr) == (1, [1, 3])
             assert assignment(admin, "t").partitions == {0: [1, 3]}
             await until(lambda: leads_at(2), "broker 1 to lead under the final assignment")

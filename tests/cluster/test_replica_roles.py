@@ -40,10 +40,12 @@ class Controller:
             self.client.delete(path)
         self.client.create(path, znodes.BrokerRegistration(broker_id, "127.0.0.1", 19000 + broker_id).encode(),
                            ephemeral=True)
-        return self.client.exists(path).czxid
+        return self.epoch(broker_id)
 
     def epoch(self, broker_id: int) -> int:
-        return self.client.exists(znodes.broker_path(broker_id)).czxid
+        stat = self.client.exists(znodes.broker_path(broker_id))
+        assert stat is not None, f"broker {broker_id} is not registered"
+        return stat.czxid
 
     def create_topic(self, replicas: list[int], leader: int, isr: list[int], min_insync: int) -> None:
         self.client.create(znodes.topic_config_path(TOPIC),
@@ -101,7 +103,8 @@ def test_leader_high_watermark_isr_and_resignation(chroot, controller, tmp_path)
             for _ in range(3):
                 partitions.append(Append(TOPIC, 0, batch(1)))
             await until(lambda: (replicas.tick(), controller.state().isr == [1])[1], "the ISR to shrink")
-            await until(lambda: partitions.resolve(TOPIC, 0).isr_size() == 1, "the leader to apply the shrink")
+            await until(lambda: not isinstance(p := partitions.resolve(TOPIC, 0), ErrorCode) and p.isr_size() == 1,
+                        "the leader to apply the shrink")
             refused = partitions.append(Append(TOPIC, 0, batch(1), acks=-1))
             assert refused.error == ErrorCode.not_enough_replicas
             assert partitions.bounds(PartitionBounds(TOPIC, 0)).high_watermark == 6  # an ISR of one: its own end
@@ -142,6 +145,7 @@ def test_a_restarted_follower_counts_nothing_from_before_and_rejoins_once_caught
             await until(lambda: partitions.bounds(PartitionBounds(TOPIC, 0)).high_watermark == 5,
                         "the follower to copy it all")
             leading = partitions.resolve(TOPIC, 0)
+            assert not isinstance(leading, ErrorCode)
 
             after = controller.register(2)  # restarted with its disk wiped; it has not fetched yet
             await until(lambda: (replicas.tick(), controller.state().isr == [1])[1],
@@ -165,7 +169,9 @@ def test_topic_deleted_removes_the_local_replica(chroot, controller, tmp_path):
             logs, replicas = parts.logs, parts.replicas
             await until(lambda: logs.get_log(TOPIC, 0) is not None, "the follower's log")
             assert parts.role(TOPIC, 0) is Role.FOLLOWER
-            path = logs.get_log(TOPIC, 0).directory
+            log = logs.get_log(TOPIC, 0)
+            assert log is not None
+            path = log.directory
             for node in (znodes.partition_state_path(TOPIC, 0), znodes.topic_path(TOPIC)):
                 controller.client.delete(node, recursive=True)
             await until(lambda: logs.get_log(TOPIC, 0) is None, "the replica to go with its topic")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -28,7 +29,8 @@ from hpbroker.zkconsumer import ZookeeperConsumer
 from tests.integration.test_cli_admin import failed, ok
 
 SESSION_MS = 4000  # the consumers' ZooKeeper session: how long a killed member holds its share
-FAST = {"zookeeper_session_timeout_ms": SESSION_MS, "rebalance_backoff_ms": 500, "rebalance_max_retries": 10}
+FAST: dict[str, Any] = {"zookeeper_session_timeout_ms": SESSION_MS, "rebalance_backoff_ms": 500,
+                        "rebalance_max_retries": 10}
 
 
 @pytest.fixture
@@ -149,6 +151,7 @@ def test_a_member_killed_without_close_loses_its_share_when_its_session_expires(
         doomed = subprocess.Popen([sys.executable, "-c", MEMBER.format(ms=SESSION_MS), brokers.connect], cwd=REPO,
                                   stdout=subprocess.PIPE, text=True)
         try:
+            assert doomed.stdout is not None  # a pipe
             assert doomed.stdout.readline().strip() == "[('t', 2), ('t', 3)]"
             wait_for(lambda: survivor.assignment() == {("t", 0), ("t", 1)}, 30, "the survivor to give up t-2, t-3")
             doomed.send_signal(signal.SIGKILL)
@@ -203,7 +206,7 @@ def test_a_new_topic_matching_the_pattern_is_taken_up(brokers):
 def test_offsets_resume_after_every_member_restarts(brokers, storage):
     create(brokers, "t", 4)
     first = produce(brokers, "t", 4, 25)
-    options = dict(offsets_storage=storage, auto_offset_reset="smallest", auto_commit=False, **FAST)
+    options: dict[str, Any] = dict(offsets_storage=storage, auto_offset_reset="smallest", auto_commit=False, **FAST)
     members = [ZookeeperConsumer(brokers.connect, "g", ["t"], **options) for _ in range(2)]
     try:
         got = drain(members, lambda got: len(values(got)) >= len(first))

@@ -31,16 +31,24 @@ import os
 import struct
 from collections.abc import Mapping
 from functools import cache
+from typing import Any
 
 import pytest
-from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupleField, classify_field,
-                                    get_schema_field_type, is_optional)
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
 
+from harness.request_samples import request_schema
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import client_codec
 from hpbroker.protocol.codec import decode_request, encode_response
 from hpbroker.protocol.exceptions import UnsupportedVersion
-from hpbroker.protocol.schemas import API_VERSIONS, FETCH, LEGACY_PRODUCE_MAX, PRODUCE, request_type
+from hpbroker.protocol.schemas import API_VERSIONS, FETCH, LEGACY_PRODUCE_MAX, PRODUCE
 from hpbroker.protocol.versions import unsupported_api_versions_response
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.config import BrokerConfig
@@ -119,7 +127,7 @@ def build(entity_type: type, values: Mapping):
 
 def request(api_key: int, version: int, **fields):
     """The kio request of ``api_key`` at ``version`` (Produce v0-v2: kio's v3 class)."""
-    return build(request_type(api_key, version), fields)
+    return build(request_schema(api_key, version), fields)
 
 
 def grouped(rows, *, topic_key: str = "name", partition_key: str = "partition_index",
@@ -286,7 +294,7 @@ class Harness:
         """Run ``coro`` (a scenario, or one call) on the harness's loop."""
         return self.loop.run_until_complete(coro)
 
-    async def call(self, req, *, version: int | None = None, client_id: str | None = CLIENT_ID):
+    async def call(self, req, *, version: int | None = None, client_id: str | None = CLIENT_ID) -> Any:
         """Send ``req`` (a kio request) as a client would, claiming wire ``version``
         (default: the object's own) and return what the client reads back: the
         kio response, or None where none is sent (Produce with acks=0).  Produce
@@ -345,7 +353,9 @@ class Harness:
         return self.run(self.topics.create(name, partitions, dict(configs or {})))
 
     def topic_id(self, name: str):
-        return self.topics.get(name).topic_id
+        info = self.topics.get(name)
+        assert info is not None, f"no topic {name}"
+        return info.topic_id
 
     def produce(self, topic: str, partition: int, *values: bytes, version: int = 9, acks: int = 1, **batch_kwargs):
         """Produce one batch of ``values``; the partition's answer."""

@@ -8,8 +8,19 @@ import shutil
 import pytest
 
 from hpbroker.errors import ErrorCode
-from tests.handlers.conftest import (ALTER_REASSIGNMENTS, CLUSTER_ID, DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS,
-                                     ELECT_LEADERS, HOST, LIST_REASSIGNMENTS, PORT, errors, flattened, request)
+from tests.handlers.conftest import (
+    ALTER_REASSIGNMENTS,
+    CLUSTER_ID,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_LOG_DIRS,
+    ELECT_LEADERS,
+    HOST,
+    LIST_REASSIGNMENTS,
+    PORT,
+    errors,
+    flattened,
+    request,
+)
 
 NO_OPERATIONS = -2147483648
 PREFERRED, UNCLEAN = 0, 1

@@ -7,9 +7,24 @@ import asyncio
 import pytest
 
 from hpbroker.errors import ErrorCode
-from tests.handlers.conftest import (CLIENT_HOST_SEEN, CLIENT_ID, DELETE_GROUPS, DESCRIBE_GROUPS, HEARTBEAT,
-                                     LEAVE_GROUP, LIST_GROUPS, PROTOCOL_TYPE, errors, join, join_request, request,
-                                     stable, subscription, sync_request, until)
+from tests.handlers.conftest import (
+    CLIENT_HOST_SEEN,
+    CLIENT_ID,
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    HEARTBEAT,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    PROTOCOL_TYPE,
+    errors,
+    join,
+    join_request,
+    request,
+    stable,
+    subscription,
+    sync_request,
+    until,
+)
 
 
 def heartbeat(broker, version: int, group: str, generation: int, member_id: str):

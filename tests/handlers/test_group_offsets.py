@@ -4,8 +4,16 @@ kept by the group's coordinator, for groups it manages and for "simple" ones."""
 import pytest
 
 from hpbroker.errors import ErrorCode
-from tests.handlers.conftest import (OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH, errors, flattened, grouped,
-                                     request, stable)
+from tests.handlers.conftest import (
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    errors,
+    flattened,
+    grouped,
+    request,
+    stable,
+)
 
 
 def commit(broker, version: int, group: str, *offsets, generation: int = -1, member_id: str = ""):

@@ -6,8 +6,7 @@ import uuid
 import pytest
 
 from hpbroker.errors import ErrorCode
-from tests.handlers.conftest import (CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, METADATA, errors,
-                                     request)
+from tests.handlers.conftest import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, METADATA, errors, request
 
 
 def create(broker, version: int, *topics, validate_only: bool = False):

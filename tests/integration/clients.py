@@ -71,11 +71,14 @@ def ck_consume(bootstrap: str, topic: str, partitions, count: int, timeout: floa
     try:
         while len(out) < count and time.monotonic() < deadline:
             for m in consumer.consume(min(1000, count - len(out)), 0.5):
-                if m.error():
-                    if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                error = m.error()
+                if error:
+                    if error.code() == ck.KafkaError._PARTITION_EOF:
                         continue
-                    raise AssertionError(f"consume error: {m.error()}")
-                out.append(Rec(m.partition(), m.offset(), m.key(), m.value(),
+                    raise AssertionError(f"consume error: {error}")
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None  # a record, not an event
+                out.append(Rec(partition, offset, m.key(), m.value(),
                                tuple((k, v) for k, v in (m.headers() or [])), m.timestamp()[1]))
     finally:
         consumer.close()

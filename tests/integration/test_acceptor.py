@@ -53,6 +53,7 @@ class Clients:
     def poll(self, timeout: float = 0.05) -> int:
         for key, _ in self.selector.select(timeout):
             sock = key.fileobj
+            assert isinstance(sock, socket.socket)  # only sockets are registered
             try:
                 data = sock.recv(65536)
             except (ConnectionResetError, BrokenPipeError):

@@ -18,8 +18,9 @@ from kafka.structs import TopicPartition as KpTopicPartition
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
 
+from harness.request_samples import response_schema
 from hpbroker.errors import ErrorCode
-from hpbroker.protocol.schemas import request_type, response_type
+from hpbroker.protocol.schemas import request_type
 from tests.integration.clients import ck_produce, topic_name
 from tests.integration.conftest import module_broker
 
@@ -61,7 +62,7 @@ def roundtrip(broker, api_key: int, version: int, request):
             size = struct.unpack(">i", stream.read(4))[0]
             data = stream.read(size)
     assert len(data) == size and struct.unpack_from(">i", data)[0] == 7
-    response, _ = entity_reader(response_type(api_key, version))(data, 5 if flexible else 4)
+    response, _ = entity_reader(response_schema(api_key, version))(data, 5 if flexible else 4)
     return response
 
 
@@ -106,7 +107,8 @@ def test_reassignments_on_one_broker(admin, topic):
 def test_alter_reassignments_v1_echoes_its_flag_and_refuses_an_empty_list(broker, topic):
     kio = importlib.import_module(request_type(45, 1).__module__)
     request = kio.AlterPartitionReassignmentsRequest(allow_replication_factor_change=False, topics=(
-        kio.ReassignableTopic(name=topic, partitions=(kio.ReassignablePartition(partition_index=i32(0), replicas=()),)),))
+        kio.ReassignableTopic(name=topic,
+                              partitions=(kio.ReassignablePartition(partition_index=i32(0), replicas=()),)),))
     response = roundtrip(broker, 45, 1, request)
     assert response.error_code == ErrorCode.none and response.allow_replication_factor_change is False
     [[partition]] = [t.partitions for t in response.responses]

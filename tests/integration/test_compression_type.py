@@ -5,15 +5,21 @@ setting changes live and falls back to the broker's ``--set`` default, and
 DescribeConfigs says where each value comes from."""
 
 import time
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import (
-    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
 )
 
 from harness.waiting import wait_for
-from hpbroker.kernels import layout
 from hpbroker.records import iter_batches
 from tests.integration.clients import ck_consume, ck_produce, kp_consume, kp_produce, topic_name
 from tests.integration.conftest import module_broker
@@ -24,6 +30,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:alter_configs has been deprecate
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 INVALID_CONFIG = 40
+# confluent-kafka settings for ck_produce's **conf (their names are not identifiers)
+LZ4_PRODUCER: dict[str, Any] = {"compression.type": "lz4"}
+SNAPPY_PRODUCER: dict[str, Any] = {"compression.type": "snappy"}
 
 
 def _admin(broker) -> AdminClient:
@@ -84,7 +93,7 @@ def test_a_zstd_topic_stores_zstd_from_both_clients(broker):
     _check_intact(kp_consume(broker.bootstrap, topic, [0], 600), acks, sent)
 
 
-def _produce_until_stored_as(broker, topic, codec) -> list:
+def _produce_until_stored_as(broker, topic, codec) -> tuple[list, list]:
     """A worker applies changed topic settings on its next tick: produce one
     record at a time until one is stored in ``codec``; every record sent and
     its ack are returned for the final check."""
@@ -92,7 +101,7 @@ def _produce_until_stored_as(broker, topic, codec) -> list:
 
     def probe():
         record = _records(1, f"probe{len(sent)}")[0]
-        acks.extend(ck_produce(broker.bootstrap, topic, [record], **{"compression.type": "lz4"}))
+        acks.extend(ck_produce(broker.bootstrap, topic, [record], **LZ4_PRODUCER))
         sent.append(record)
         return _stored(broker, topic)[-1].compression == codec
 
@@ -105,7 +114,7 @@ def test_alter_configs_changes_it_live_and_delete_falls_back_to_the_broker(broke
     topic = topic_name("live")
     _create(admin, topic, {"compression.type": "zstd"})
     sent = _records(50, "first")
-    acks = ck_produce(broker.bootstrap, topic, sent, **{"compression.type": "lz4"})
+    acks = ck_produce(broker.bootstrap, topic, sent, **LZ4_PRODUCER)
     assert {h.compression for h in _stored(broker, topic)} == {ZSTD}
 
     # AlterConfigs (33) replaces the topic's settings
@@ -157,8 +166,8 @@ def test_describe_configs_says_where_each_value_comes_from(broker):
     entries = admin.describe_configs([resource])[resource].result(30)
     assert (entries["compression.type"].value, ConfigSource(entries["compression.type"].source)) == \
            ("gzip", ConfigSource.STATIC_BROKER_CONFIG)
-    assert (entries["log.message.format.version"].value, ConfigSource(entries["log.message.format.version"].source)) == \
-           ("3.0-IV1", ConfigSource.DEFAULT_CONFIG)
+    version = entries["log.message.format.version"]
+    assert (version.value, ConfigSource(version.source)) == ("3.0-IV1", ConfigSource.DEFAULT_CONFIG)
 
 
 def test_message_format_version_is_accepted_and_changes_nothing(broker):
@@ -169,7 +178,7 @@ def test_message_format_version_is_accepted_and_changes_nothing(broker):
                                                                       "compression.type": "producer"})
     admin.alter_configs([resource])[resource].result(30)
     sent = _records(20, "v")
-    acks = ck_produce(broker.bootstrap, topic, sent, **{"compression.type": "snappy"})
+    acks = ck_produce(broker.bootstrap, topic, sent, **SNAPPY_PRODUCER)
     headers = _stored(broker, topic)
     assert {h.compression for h in headers} == {SNAPPY} and {h.magic for h in headers} == {2}
     _check_intact(kp_consume(broker.bootstrap, topic, [0], 20), acks, sent)

@@ -36,7 +36,8 @@ def make_topic(bootstrap: str, prefix: str) -> str:
 
 
 def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
-    ck_produce(bootstrap, topic, [{"value": b"%d" % i, "partition": i % PARTITIONS} for i in range(start, start + count)])
+    ck_produce(bootstrap, topic,
+               [{"value": b"%d" % i, "partition": i % PARTITIONS} for i in range(start, start + count)])
 
 
 def ck_member(bootstrap: str, group: str, topic: str, **conf) -> ck.Consumer:

@@ -7,6 +7,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
 from harness.broker import free_port
 from hpbroker.replication.client import ClientConnection
@@ -25,7 +26,7 @@ def test_requests_are_answered_in_order_when_pipelined(broker_factory):
             versions = await connection.send(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
             assert versions.error_code == ErrorCode.none
             assert any(k.api_key == 1 and k.max_version >= 12 for k in versions.api_keys)
-            create = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="client-topic"),),
+            create = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName("client-topic")),),
                                      allow_auto_topic_creation=True, include_topic_authorized_operations=False)
             answers = await asyncio.gather(*(connection.send(create) for _ in range(50)))
             assert all(a.brokers[0].port == broker.port for a in answers)

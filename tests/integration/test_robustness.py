@@ -15,14 +15,15 @@ import time
 
 import confluent_kafka as ck
 import kafka
+import kafka.errors
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.structs import TopicPartition as KpTopicPartition
 from kio.serial import entity_reader, entity_writer
 
 from harness.broker import metadata_ping
-from harness.request_samples import sample_entity
+from harness.request_samples import request_schema, response_schema, sample_entity
 from harness.waiting import wait_for
-from hpbroker.protocol.schemas import request_type, response_type
 from tests.fuzz_requests import mutations, seeds
 from tests.integration.clients import ck_produce, topic_name
 
@@ -77,7 +78,7 @@ def test_group_consumers_carry_on_after_a_broker_restart(broker_factory, how):
 
 
 # --- fetch ----------------------------------------------------------------------------
-def _roundtrip(broker, api_key: int, version: int, request) -> object:
+def _roundtrip(broker, api_key: int, version: int, request):
     """Send one request (kio object) with a v1/v2 header, return the decoded response."""
     body = io.BytesIO()
     entity_writer(type(request))(body, request)
@@ -89,7 +90,7 @@ def _roundtrip(broker, api_key: int, version: int, request) -> object:
         size = struct.unpack(">i", _recv(s, 4))[0]
         data = _recv(s, size)
     assert struct.unpack_from(">i", data)[0] == 42
-    response, _ = entity_reader(response_type(api_key, version))(data, 5 if flexible else 4)
+    response, _ = entity_reader(response_schema(api_key, version))(data, 5 if flexible else 4)
     return response
 
 
@@ -106,7 +107,7 @@ def _recv(s, n):
 def test_fetch_below_v13_of_an_unknown_topic_is_answered(broker, version):
     """Named topics (before v13) that do not exist get UNKNOWN_TOPIC_OR_PARTITION,
     not a closed connection."""
-    sample = sample_entity(request_type(1, version))
+    sample = sample_entity(request_schema(1, version))
     wanted = dataclasses.replace(sample.topics[0], topic="no-such-topic", partitions=(
         dataclasses.replace(sample.topics[0].partitions[0], partition=0, fetch_offset=0),))
     request = dataclasses.replace(sample, replica_id=-1, max_wait=datetime.timedelta(milliseconds=10), min_bytes=1,
@@ -239,7 +240,7 @@ def test_a_full_disk_refuses_writes_with_an_error_and_loses_nothing(broker_facto
     producer.close()
     consumer = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
                                    consumer_timeout_ms=3000)
-    tp = kafka.TopicPartition(topic, 0)
+    tp = KpTopicPartition(topic, 0)
     consumer.assign([tp])
     stored = [m.value for m in consumer]
     consumer.close()

@@ -83,7 +83,8 @@ def test_confluent_consumer_is_assigned_topics_created_after_subscribing(broker,
 
         def told_missing():
             m = consumer.poll(0.1)
-            return m is not None and m.error() is not None and m.error().code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+            error = m.error() if m is not None else None
+            return error is not None and error.code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
         wait_for(told_missing, 15, "the consumer to be told its topics do not exist")
         assert not consumer.assignment() and not events
 

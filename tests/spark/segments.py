@@ -35,7 +35,7 @@ class PartitionWriter:
         self.path = os.path.join(log_dir, f"{topic}-{partition}")
         os.makedirs(self.path, exist_ok=True)
         self.next_offset = 0
-        self.base = None
+        self.base = 0  # the open segment's base offset (roll() sets it)
         self._since_index = 0
         self.roll()
 
@@ -68,7 +68,8 @@ class PartitionWriter:
         return first, recs[-1].offset
 
     def append_values(self, count: int, **kw) -> tuple[int, int]:
-        return self.append(records(self.next_offset, count, **{k: kw.pop(k) for k in list(kw) if k in ("value_size", "tag", "headers")}), **kw)
+        own = {k: kw.pop(k) for k in list(kw) if k in ("value_size", "tag", "headers")}
+        return self.append(records(self.next_offset, count, **own), **kw)
 
     def marker(self, kind: int, producer_id: int, epoch: int = 0) -> int:
         offset = self.next_offset

@@ -9,12 +9,19 @@ import pytest
 
 from hpbroker.records import Record, encode_message_set
 from hpbroker.spark import plan
-from hpbroker.spark.options import Options, OptionError
+from hpbroker.spark.options import OptionError, Options
 from hpbroker.spark.read import DataLossError, read_slice
 from hpbroker.spark.source import start_offsets
 from tests.spark.model import expected_rows, normalise
 from tests.spark.segments import (
-    ABORT, COMMIT, CODECS, HIGH_WATERMARK, LOG_START, RECOVERY, PartitionWriter, write_checkpoint,
+    ABORT,
+    CODECS,
+    COMMIT,
+    HIGH_WATERMARK,
+    LOG_START,
+    RECOVERY,
+    PartitionWriter,
+    write_checkpoint,
 )
 
 
@@ -193,7 +200,8 @@ def test_txnindex_layout_is_kafkas():
     from hpbroker.spark.txnindex import ENTRY
     raw = struct.pack(">hqqqq", 0, 42, 100, 200, 90)
     row = np.frombuffer(raw, ENTRY)[0]
-    assert (row["producer_id"], row["first_offset"], row["last_offset"], row["last_stable_offset"]) == (42, 100, 200, 90)
+    assert ((row["producer_id"], row["first_offset"], row["last_offset"], row["last_stable_offset"])
+            == (42, 100, 200, 90))
 
 
 def test_options_are_checked(log_dir):

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from hpbroker.errors import ErrorCode
 from hpbroker.clock import now_ms
+from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
@@ -28,11 +28,32 @@ from hpbroker.storage import OffsetOutOfRangeError
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
-from hpbroker.workers.owner_calls import (Append, CommittedOffsets, DeleteGroup, DescribeGroup, Done, FetchedOffset,
-                                          FetchedOffsets, GroupDescription, GroupListing, Heartbeat, JoinGroup,
-                                          JoinResult, LeaveGroup, LeaveResult, LeftMember, ListedGroup, ListGroups,
-                                          OffsetCommit, OffsetDelete, OffsetFetch, PartitionError, SyncGroup,
-                                          SyncResult, WaitReplicated)
+from hpbroker.workers.owner_calls import (
+    Append,
+    CommittedOffsets,
+    DeleteGroup,
+    DescribeGroup,
+    Done,
+    FetchedOffset,
+    FetchedOffsets,
+    GroupDescription,
+    GroupListing,
+    Heartbeat,
+    JoinGroup,
+    JoinResult,
+    LeaveGroup,
+    LeaveResult,
+    LeftMember,
+    ListedGroup,
+    ListGroups,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    PartitionError,
+    SyncGroup,
+    SyncResult,
+    WaitReplicated,
+)
 from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -175,7 +196,8 @@ class GroupCoordinator:
             # librdkafka does not retry an OffsetFetch answered NOT_COORDINATOR (nor
             # COORDINATOR_NOT_AVAILABLE) and never fetches the partitions it asked
             # for; COORDINATOR_LOAD_IN_PROGRESS every client retries in place.
-            return ErrorCode.coordinator_load_in_progress if self._fenced(OFFSETS_TOPIC, p) else ErrorCode.not_coordinator
+            return (ErrorCode.coordinator_load_in_progress if self._fenced(OFFSETS_TOPIC, p)
+                    else ErrorCode.not_coordinator)
         if p in self._loading:
             return ErrorCode.coordinator_load_in_progress
         if p not in self._loaded:
@@ -217,10 +239,10 @@ class GroupCoordinator:
         return group
 
     # --- writing records ---------------------------------------------------------------
-    def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> int:
+    def _append(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> ErrorCode:
         return self._append_at(group_id, pairs)[0]
 
-    def _append_at(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> tuple[int, int]:
+    def _append_at(self, group_id: str, pairs: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
         """(error, the offset just past the records appended)."""
         if not pairs:
             return ErrorCode.none, -1
@@ -239,7 +261,7 @@ class GroupCoordinator:
             return ErrorCode.not_coordinator, -1
         return ErrorCode.coordinator_not_available, -1
 
-    async def _replicated(self, group_id: str, end_offset: int) -> int:
+    async def _replicated(self, group_id: str, end_offset: int) -> ErrorCode:
         """Kafka commits offsets with acks=all: answered once the offsets
         partition's high watermark passed them (at once standalone)."""
         p = group_partition(group_id, self.offsets_partitions)
@@ -247,9 +269,10 @@ class GroupCoordinator:
                                                                       int(COMMIT_TIMEOUT_S * 1000)))).errors[0]
         if error == ErrorCode.none:
             return ErrorCode.none
-        return ErrorCode.not_coordinator if error == ErrorCode.not_leader_or_follower else ErrorCode.coordinator_not_available
+        return (ErrorCode.not_coordinator if error == ErrorCode.not_leader_or_follower
+                else ErrorCode.coordinator_not_available)
 
-    def _persist(self, group: Group) -> int:
+    def _persist(self, group: Group) -> ErrorCode:
         value = R.GroupValue(group.protocol_type or "", group.generation, group.protocol_name, group.leader,
                              group.state_timestamp, tuple(
                                  R.MemberValue(m.member_id, m.instance_id, m.client_id, m.client_host,
@@ -284,17 +307,22 @@ class GroupCoordinator:
         error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
         if error != ErrorCode.none:
             return SyncResult(error)
+        assert group is not None  # _group answers one with no error
         return await group.sync(call.member_id, call.instance_id, call.generation, call.protocol_type,
                                 call.protocol_name, call.assignments)
 
     def heartbeat(self, call: Heartbeat) -> Done:
         error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
-        return Done(error if error != ErrorCode.none else group.heartbeat(call.member_id, call.instance_id, call.generation))
+        if error != ErrorCode.none:
+            return Done(error)
+        assert group is not None  # _group answers one with no error
+        return Done(group.heartbeat(call.member_id, call.instance_id, call.generation))
 
     def leave_group(self, call: LeaveGroup) -> LeaveResult:
         error, group = self._group(call.group_id, ErrorCode.unknown_member_id)
         if error != ErrorCode.none:
             return call.unanswered(error)
+        assert group is not None  # _group answers one with no error
         return LeaveResult(ErrorCode.none, [LeftMember(m, i, group.leave(m, i)) for m, i in call.members])
 
     # --- administration ---------------------------------------------------------------------
@@ -303,6 +331,7 @@ class GroupCoordinator:
         error, group = self._group(call.group_id, ErrorCode.group_id_not_found, allow_empty=True)
         if error != ErrorCode.none:
             return GroupDescription(error, DEAD.value)
+        assert group is not None  # _group answers one with no error
         return group.describe()
 
     def list_groups(self, call: ListGroups) -> GroupListing:
@@ -325,9 +354,10 @@ class GroupCoordinator:
             return Done(ErrorCode.non_empty_group)
         return Done(self._remove_group(group))
 
-    def _remove_group(self, group: Group) -> int:
+    def _remove_group(self, group: Group) -> ErrorCode:
         gid = group.group_id
-        pairs = [(R.encode_offset_key(gid, t, p), None) for t, p in self.offsets.of_group(gid)]
+        pairs: list[tuple[bytes, bytes | None]] = [(R.encode_offset_key(gid, t, p), None)
+                                                   for t, p in self.offsets.of_group(gid)]
         pairs.append((R.encode_group_key(gid), None))
         error = self._append(gid, pairs)
         if error == ErrorCode.none:
@@ -362,15 +392,16 @@ class GroupCoordinator:
         if error == ErrorCode.none and pairs:
             error = await self._replicated(group_id, end_offset)
         if error != ErrorCode.none:
-            return CommittedOffsets(ErrorCode.none, [PartitionError(r.topic, r.partition, error if r.error == ErrorCode.none
-                                                            else r.error) for r in results])
+            return CommittedOffsets(ErrorCode.none, [
+                PartitionError(r.topic, r.partition, error if r.error == ErrorCode.none else r.error)
+                for r in results])
         for topic, partition, value in values:
             self.offsets.put(group_id, topic, partition, value)
         group.touch(call.member_id)
         return CommittedOffsets(ErrorCode.none, results)
 
     @staticmethod
-    def _commit_allowed(group, generation, member_id, instance_id, api_version) -> int:
+    def _commit_allowed(group, generation, member_id, instance_id, api_version) -> ErrorCode:
         if group is None:
             if generation < 0:
                 return ErrorCode.none
@@ -411,10 +442,12 @@ class GroupCoordinator:
         if error == ErrorCode.none and (group is None or group.state == DEAD):
             error = ErrorCode.group_id_not_found
         subscribed: set[str] = set()
-        if error == ErrorCode.none and group.state != EMPTY:
-            subscribed = group.subscribed_topics()
-            if subscribed is None:
+        if error == ErrorCode.none and group is not None and group.state != EMPTY:
+            found = group.subscribed_topics()
+            if found is None:
                 error = ErrorCode.non_empty_group
+            else:
+                subscribed = found
         if error != ErrorCode.none:
             return CommittedOffsets(error)
         results, pairs, doomed = [], [], []
@@ -453,7 +486,8 @@ class GroupCoordinator:
             else:
                 empty_since, keep = None, group.subscribed_topics()
             doomed = self.offsets.expired(gid, now, self.retention_ms, empty_since=empty_since, keep_topics=keep)
-            if doomed and self._append(gid, [(R.encode_offset_key(gid, t, p), None) for t, p in doomed]) == ErrorCode.none:
+            if doomed and self._append(gid, [(R.encode_offset_key(gid, t, p), None)
+                                             for t, p in doomed]) == ErrorCode.none:
                 for t, p in doomed:
                     self.offsets.delete(gid, t, p)
                 removed += len(doomed)

@@ -100,8 +100,13 @@ class _Writer:
     def __init__(self, version: int):
         self.parts = [_I16.pack(version)]
 
-    def i32(self, v): self.parts.append(_I32.pack(v)); return self
-    def i64(self, v): self.parts.append(_I64.pack(v)); return self
+    def i32(self, v):
+        self.parts.append(_I32.pack(v))
+        return self
+
+    def i64(self, v):
+        self.parts.append(_I64.pack(v))
+        return self
 
     def string(self, v: str | None):
         if v is None:
@@ -178,9 +183,9 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     r = _Reader(data)
     version = r.i16()
     if version in (0, 1):
-        return OffsetKey(r.string(), r.string(), r.i32())
+        return OffsetKey(r.string(), r.string(), r.i32())  # pyright: ignore[reportArgumentType]  (non-nullable in Kafka's schema)
     if version == 2:
-        return GroupKey(r.string())
+        return GroupKey(r.string())  # pyright: ignore[reportArgumentType]  (non-nullable in Kafka's schema)
     return None
 
 
@@ -231,7 +236,8 @@ def decode_group_value(data: bytes) -> GroupValue:
             rebalance, session = session, r.i32()
         subscription, assignment = r.bytes_(), r.bytes_()
         r.tags()
-        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance, session,
+        # member_id, client_id and client_host are non-nullable in Kafka's schema
+        members.append(MemberValue(member_id, instance, client_id, client_host, rebalance, session,  # pyright: ignore[reportArgumentType]
                                    subscription, assignment))
     r.tags()
     return GroupValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

@@ -275,8 +275,8 @@ class Group:
             # (a Stable group would not hand it out), and SyncGroup returns the kept assignment.
             self._arm_expiry(member)
             if self.persist(self) == ErrorCode.none:
-                return JoinResult(ErrorCode.none, self.generation, self.protocol_type, self.protocol_name, old_leader or "",
-                                  new_id)
+                return JoinResult(ErrorCode.none, self.generation, self.protocol_type, self.protocol_name,
+                                  old_leader or "", new_id)
         member.join_waiter = asyncio.get_running_loop().create_future()
         self._maybe_prepare_rebalance()
         self._check_join_done()
@@ -360,7 +360,7 @@ class Group:
             self._check_join_done()
 
     # --- SyncGroup -------------------------------------------------------------------
-    def check_member(self, member_id, instance_id, generation) -> int:
+    def check_member(self, member_id, instance_id, generation) -> ErrorCode:
         """The error a request from this member at this generation gets (0 if none)."""
         if self.state == DEAD:
             return ErrorCode.coordinator_not_available
@@ -403,14 +403,15 @@ class Group:
                 return await waiter
             self._set_state(STABLE)
             for m in self.members.values():
-                _resolve(m.sync_waiter, SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, m.assignment))
+                _resolve(m.sync_waiter,
+                         SyncResult(ErrorCode.none, self.protocol_type, self.protocol_name, m.assignment))
                 # a session that ran out while it waited for the leader starts again
                 # now (its expiry was skipped then), so a member that dies next is noticed
                 self._arm_expiry(m)
         return await waiter
 
     # --- Heartbeat / LeaveGroup / expiry ---------------------------------------------
-    def heartbeat(self, member_id, instance_id, generation) -> int:
+    def heartbeat(self, member_id, instance_id, generation) -> ErrorCode:
         error = self.check_member(member_id, instance_id, generation)
         if error != ErrorCode.none:
             return error
@@ -425,7 +426,7 @@ class Group:
         if member is not None and member.expiry is not None:
             self._arm_expiry(member)
 
-    def leave(self, member_id: str, instance_id: str | None) -> int:
+    def leave(self, member_id: str, instance_id: str | None) -> ErrorCode:
         if self.state == DEAD:
             return ErrorCode.coordinator_not_available
         if instance_id is not None:

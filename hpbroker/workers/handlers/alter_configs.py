@@ -28,7 +28,8 @@ def _incremental(current: dict, changes) -> dict:
         elif op in (APPEND, SUBTRACT):
             items = [x for x in (result.get(change.name) or "").split(",") if x]
             values = [x for x in (change.value or "").split(",") if x]
-            items = items + [v for v in values if v not in items] if op == APPEND else [x for x in items if x not in values]
+            items = (items + [v for v in values if v not in items] if op == APPEND
+                     else [x for x in items if x not in values])
             result[change.name] = ",".join(items)
         else:
             raise TopicError(ErrorCode.invalid_request, f"unknown config operation {op} for {change.name}")

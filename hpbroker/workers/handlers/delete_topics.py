@@ -31,7 +31,8 @@ async def _delete_in_cluster(ctx, info, deadline: float):
 async def _delete(ctx, name, topic_id, deadline: float):
     info = ctx.topics.get(name) if name else ctx.topics.by_id(topic_id)
     if info is None:
-        return name, topic_id, (ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id), "no such topic"
+        error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+        return name, topic_id, error, "no such topic"
     if not ctx.config["delete.topic.enable"]:
         return info.name, info.topic_id, ErrorCode.topic_deletion_disabled, "delete.topic.enable is false"
     if not ctx.cluster.standalone:

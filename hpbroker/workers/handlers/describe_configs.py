@@ -30,9 +30,11 @@ async def handle(ctx, header, request):
         keys = resource.configuration_keys
         if keys is not None:
             entries = [e for e in entries if e[0] in set(keys)]
-        configs = tuple(make(m.DescribeConfigsResourceResult, name=name, value=value, read_only=resource.resource_type == BROKER,
-                             config_source=source, is_sensitive=False, synonyms=(), config_type=kind, documentation=None)
+        configs = tuple(make(m.DescribeConfigsResourceResult, name=name, value=value,
+                             read_only=resource.resource_type == BROKER, config_source=source, is_sensitive=False,
+                             synonyms=(), config_type=kind, documentation=None)
                         for name, value, source, kind in entries)
         results.append(make(m.DescribeConfigsResult, error_code=error, error_message=message,
-                            resource_type=resource.resource_type, resource_name=resource.resource_name, configs=configs))
+                            resource_type=resource.resource_type, resource_name=resource.resource_name,
+                            configs=configs))
     return make(m.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

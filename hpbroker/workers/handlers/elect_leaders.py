@@ -15,9 +15,9 @@ every partition is considered and only those elected or failed are listed."""
 
 import time
 
-from hpbroker.sentinels import NO_LEADER
 from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
+from hpbroker.sentinels import NO_LEADER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 43

@@ -47,8 +47,9 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
                 if replica is None:
                     calls.append(Locate(info.name, p.partition, p.fetch_offset, size, epoch))
                 else:
-                    calls.append(FollowerFetch(info.name, p.partition, p.fetch_offset, size, epoch, *replica,
-                                               getattr(p, "log_start_offset", -1)))
+                    replica_id, replica_epoch = replica
+                    calls.append(FollowerFetch(info.name, p.partition, p.fetch_offset, size, epoch, replica_id,
+                                               replica_epoch, getattr(p, "log_start_offset", -1)))
     for slot, answer in zip(slots, await ctx.owners.ask_all(calls) if calls else ()):
         results[slot] = answer
     return results
@@ -133,7 +134,8 @@ async def handle(ctx, header, request):
                     first = False
                     observe.fetched(info.name, r.size)
             out.partitions.append(PartitionResult(p.partition, r.error, r.high_watermark, r.last_stable_offset,
-                                                  r.log_start_offset, aborted=None if request.isolation_level == 0 else [],
+                                                  r.log_start_offset,
+                                                  aborted=None if request.isolation_level == 0 else [],
                                                   records=records))
         topics.append(out)
     return encode_fetch_response(version, header.correlation_id, topics)

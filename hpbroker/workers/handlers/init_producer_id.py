@@ -20,8 +20,8 @@ _MAX_EPOCH = 32767
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     if request.transactional_id is not None:
-        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed,
-                    producer_id=-1, producer_epoch=-1)
+        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:

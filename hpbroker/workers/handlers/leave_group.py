@@ -11,8 +11,8 @@ API_KEY = 13
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     batched = hasattr(request, "members")
-    members = ([(x.member_id, x.group_instance_id) for x in request.members] if batched
-               else [(request.member_id, None)])
+    members: list[tuple[str, str | None]] = ([(x.member_id, x.group_instance_id) for x in request.members]
+                                             if batched else [(request.member_id, None)])
     result = await ctx.owners.ask(LeaveGroup(request.group_id, members))
     if not batched:  # the one member's error is the answer's
         error = result.members[0].error if result.error == ErrorCode.none and result.members else result.error

@@ -13,7 +13,8 @@ API_KEY = 16
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    call = ListGroups(list(getattr(request, "states_filter", ()) or ()), list(getattr(request, "types_filter", ()) or ()))
+    call = ListGroups(list(getattr(request, "states_filter", ()) or ()),
+                      list(getattr(request, "types_filter", ()) or ()))
     answers = await asyncio.gather(*(ctx.owners.ask(call, worker) for worker in range(ctx.workers)))
     # the first failure, as a partial list is still returned
     error = next((a.error for a in answers if a.error != ErrorCode.none), ErrorCode.none)

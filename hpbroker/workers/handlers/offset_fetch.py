@@ -23,8 +23,8 @@ def _topics(rows, topic_cls, partition_cls):
     by_topic: dict[str, list] = {}
     for x in rows:
         by_topic.setdefault(x.topic, []).append(make(
-            partition_cls, partition_index=x.partition, committed_offset=x.offset, committed_leader_epoch=x.leader_epoch,
-            metadata=x.metadata, error_code=x.error))
+            partition_cls, partition_index=x.partition, committed_offset=x.offset,
+            committed_leader_epoch=x.leader_epoch, metadata=x.metadata, error_code=x.error))
     return tuple(make(topic_cls, name=topic, partitions=tuple(parts)) for topic, parts in by_topic.items())
 
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from hpbroker.errors import ErrorCode
 
 
-async def ask_each(ctx, work: list[tuple], make_call: Callable, *, unknown=ErrorCode.unknown_topic_or_partition) -> list:
+async def ask_each(ctx, work: list[tuple], make_call: Callable, *,
+                   unknown=ErrorCode.unknown_topic_or_partition) -> list:
     """For each ``(topic, partition, *rest)`` of ``work``, the result of
     ``make_call(topic, partition, *rest)`` from the partition's owner."""
     results: list = [None] * len(work)
