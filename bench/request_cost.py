@@ -12,9 +12,10 @@ after the other:
   (one connection) per producer, 2 / 10 / 100 of them, each sending 100 B
   records one per request (``batch.num.messages=1``, ``linger.ms=0``,
   ``max.in.flight=1``: one request outstanding per connection), acks=1, to
-  the two partitions of one topic. Counted inside a steady window from the
-  clients' own statistics (interpolated at the window's edges); hpbroker's
-  /metrics counters cross-check records per request.
+  the two partitions of one topic; then acks=all (the clients' default) with
+  10 of them. Counted inside a steady window from the clients' own
+  statistics (interpolated at the window's edges); hpbroker's /metrics
+  counters cross-check records per request.
 * fetch long poll: consumers at the end of an empty partition, each Fetch
   waiting ``fetch.wait.max.ms`` and coming back empty (the purgatory's timeout path).
 * ListOffsets "latest": a Python raw-socket loop, one request outstanding per
@@ -62,16 +63,17 @@ class Settings:
     warmup: float  # seconds after every client is sending, before the window
     idle: float
     levels: tuple[int, ...]  # producer connections
+    acks_all_conns: int  # the same with acks=all (the clients' default), on one level
     fetch_conns: int
     fetch_wait_ms: int
     lo_conns: int
     nbytes: int  # per-byte phase
 
 
-FULL = Settings(window=15.0, warmup=2.0, idle=5.0, levels=(2, 10, 100), fetch_conns=20, fetch_wait_ms=50,
-                lo_conns=10, nbytes=GiB)
-QUICK = Settings(window=4.0, warmup=1.0, idle=2.0, levels=(2, 10, 100), fetch_conns=20, fetch_wait_ms=50,
-                 lo_conns=10, nbytes=256 * MiB)
+FULL = Settings(window=15.0, warmup=2.0, idle=5.0, levels=(2, 10, 100), acks_all_conns=10, fetch_conns=20,
+                fetch_wait_ms=50, lo_conns=10, nbytes=GiB)
+QUICK = Settings(window=4.0, warmup=1.0, idle=2.0, levels=(2, 10, 100), acks_all_conns=10, fetch_conns=20,
+                 fetch_wait_ms=50, lo_conns=10, nbytes=256 * MiB)
 
 
 def say(text: str) -> None:
@@ -105,11 +107,11 @@ def windowed(target: Target, fleet: Fleet, api: str, s: Settings) -> dict:
             "us": r["broker_cpu"] / requests * 1e6 if requests else float("nan"), "server": server}
 
 
-def produce_requests(target: Target, perf: Path, work: Path, conns: int, s: Settings) -> dict:
-    argvs = [["-P", "-t", REQ_TOPIC, "-p", str(i % PARTITIONS), "-s", "100", "-a", "1", "-b", target.bootstrap,
+def produce_requests(target: Target, perf: Path, work: Path, conns: int, s: Settings, acks: int = 1) -> dict:
+    argvs = [["-P", "-t", REQ_TOPIC, "-p", str(i % PARTITIONS), "-s", "100", "-a", str(acks), "-b", target.bootstrap,
               "-X", "linger.ms=0", "-X", "batch.num.messages=1", "-X", "max.in.flight=1",
               "-X", "queue.buffering.max.messages=1000"] for i in range(conns)]
-    return windowed(target, Fleet(perf, work / f"{target.name}-produce-{conns}", argvs), "Produce", s)
+    return windowed(target, Fleet(perf, work / f"{target.name}-produce-{conns}-acks{acks}", argvs), "Produce", s)
 
 
 def fetch_long_poll(target: Target, perf: Path, work: Path, s: Settings) -> dict:
@@ -222,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             for t in targets if i % 2 == 0 else targets[::-1]:  # alternate who goes first
                 say(f"produce, one 100 B record per request, {conns} connections: {t.name} ...")
                 res[t.name][f"produce-{conns}"] = produce_requests(t, perf, work, conns, s)
+        for t in targets:
+            say(f"produce, one 100 B record per request, acks=all, {s.acks_all_conns} connections: {t.name} ...")
+            res[t.name]["produce-all"] = produce_requests(t, perf, work, s.acks_all_conns, s, acks=-1)
         for t in targets[::-1]:
             say(f"fetch long poll, {s.fetch_conns} connections: {t.name} ...")
             res[t.name]["fetch"] = fetch_long_poll(t, perf, work, s)
@@ -254,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_row(f"produce 1 x 100 B per request, {conns} conns: CPU µs/request", a["us"], b["us"], 1,
                          load=(a, b)))
         rows.append(_row(f"produce 1 x 100 B per request, {conns} conns: requests/s", a["rps"], b["rps"], 0))
+    a, b = h["produce-all"], t["produce-all"]
+    label = f"produce 1 x 100 B per request, acks=all, {s.acks_all_conns} conns"
+    rows.append(_row(f"{label}: CPU µs/request", a["us"], b["us"], 1, load=(a, b)))
+    rows.append(_row(f"{label}: requests/s", a["rps"], b["rps"], 0))
     a, b = h["fetch"], t["fetch"]
     label = f"fetch long poll, empty ({s.fetch_wait_ms} ms wait), {s.fetch_conns} conns"
     rows.append(_row(f"{label}: CPU µs/request", a["us"], b["us"], 1, load=(a, b)))
@@ -274,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- notes: what was counted, checks, CPU splits
     for name, r in res.items():
         idle_rate = r["idle"]["broker_cpu"] / r["idle"]["wall"]
-        for key in [f"produce-{c}" for c in s.levels] + ["fetch"]:
+        for key in [f"produce-{c}" for c in s.levels] + ["produce-all", "fetch"]:
             x = r[key]
             line = (f"{name} {key}: {x['requests']:,.0f} requests in {x['wall']:.1f} s, broker user "
                     f"{x['broker_user']:.2f} + sys {x['broker_sys']:.2f} s{_net(x, idle_rate)}, "
