@@ -20,10 +20,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker"
 # package -> hpbroker packages it may import
 ALLOWED = {
     # the processes: a worker never reaches into the acceptor, the CLI never into a worker
-    "acceptor": {"cluster", "kernels", "records", "server", "storage", "workers"},
+    "acceptor": {"cluster", "kernels", "records", "server", "shared", "storage", "workers"},
     "cli": {"acceptor", "cluster", "kernels", "records", "server", "spark", "storage", "zkconsumer"},
     "server": {"storage"},
-    "workers": {"cluster", "kernels", "protocol", "records", "replication", "server", "storage"},
+    # the memory the acceptor shares with its workers (it finds a partition's owner by the server's rule)
+    "shared": {"server"},
+    "workers": {"cluster", "kernels", "protocol", "records", "replication", "server", "shared", "storage"},
     # the libraries below them
     "cluster": {"protocol"},
     "kernels": set(),

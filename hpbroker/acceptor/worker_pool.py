@@ -51,6 +51,7 @@ from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
 from hpbroker.server.logging_setup import Throttled
+from hpbroker.shared.broker_memory import BrokerMemory
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class WorkerPool:
         self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
         self.selector = selector
         self.config = config  # () -> the acceptor's configuration now: a restarted worker gets the reloaded one
+        self.memory = BrokerMemory.create(count)  # before any fork: every worker, restarted ones too, maps it
         self.broker_tag = broker_tag
         self.forget_parent_state = forget_parent_state  # in a new worker: close what the acceptor's loop holds
         self.cluster_id = ""
@@ -124,7 +126,7 @@ class WorkerPool:
                 from hpbroker.workers.process import run_worker
 
                 code = run_worker(slot.index, len(self.slots), self.config(), child, self.broker_tag,
-                                  clean_shutdown, self.cluster_id, slot.cpu)
+                                  clean_shutdown, self.cluster_id, slot.cpu, self.memory)
             except BaseException:
                 log.exception("worker %d crashed", slot.index)
             finally:

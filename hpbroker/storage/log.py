@@ -41,6 +41,7 @@ import os
 import shutil
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,9 @@ class Log:
         self.config = config
         self.log_start_offset = 0
         self._high_watermark: int | None = None  # None: everything written (one replica)
+        # called (on the thread that moved them) when the log start, the written
+        # end or the high watermark move: the owner publishes them (``hpbroker.shared``)
+        self.on_offsets_changed: Callable[[], None] | None = None
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: tuple[int, ...] = ()
         self._log_end_offset = 0
@@ -229,7 +233,9 @@ class Log:
 
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
-        self._high_watermark = offset
+        if offset != self._high_watermark:
+            self._high_watermark = offset
+            self._offsets_changed()
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -387,7 +393,13 @@ class Log:
             # The staged batches were recorded as appended: forget them again.
             self._reload_producer_state(self._written_offset)
             raise KafkaStorageError(f"{self._name}: write failed, nothing appended: {exc}") from exc
-        self._written_offset = self._log_end_offset
+        if self._written_offset != self._log_end_offset:
+            self._written_offset = self._log_end_offset
+            self._offsets_changed()
+
+    def _offsets_changed(self) -> None:
+        if self.on_offsets_changed is not None:
+            self.on_offsets_changed()
 
     def _reload_producer_state(self, offset: int, now: int | None = None) -> None:
         """The log now ends at ``offset`` (its segments already cut there): make
@@ -638,6 +650,7 @@ class Log:
         if self._leader_epochs.truncate_from_end(end):
             self._save_leader_epochs()
         self._reload_producer_state(end)
+        self._offsets_changed()
 
     # --- compaction ----------------------------------------------------------
     # What the cleaner (``cleaner.py``) needs of a log.  A pass reads only
@@ -697,8 +710,10 @@ class Log:
     def _advance_log_start(self, offset: int) -> None:
         # Nothing below the log start is ever read or recovered again, so the
         # recovery point may not lag behind it (keeps the offsets ordered).
-        self.log_start_offset = max(self.log_start_offset, offset)
-        self._flushed_offset = max(self._flushed_offset, self.log_start_offset)
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._flushed_offset = max(self._flushed_offset, offset)
+            self._offsets_changed()
 
     # --- leader epochs -------------------------------------------------------
     def _save_leader_epochs(self) -> None:

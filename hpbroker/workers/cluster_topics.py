@@ -228,6 +228,9 @@ class ClusterTopics:
         except AdminError as exc:
             raise TopicError(ErrorCode.request_timed_out, str(exc)) from None
 
+    def changed_here(self) -> None:
+        """Nothing to tell: every worker learns of topic changes from ZooKeeper."""
+
     async def delete(self, name: str) -> None:
         """Ask the controller to delete the topic; its replicas go when the image drops it."""
         try:

@@ -109,7 +109,8 @@ class SegmentFiles:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, cluster=None, producer_ids=None):
+                 topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, cluster=None, producer_ids=None,
+                 partition_offsets=None):
         self.config = config
         self.index = index
         self.workers = workers
@@ -121,6 +122,9 @@ class WorkerContext:
         self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])
         # who leads what, who coordinates a group: this broker alone, or the cluster image
         self.cluster = cluster or StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port))
+        # shared.partition_table.TableReader: every partition's offsets as its owner
+        # published them, read without asking it (None: ask the owner)
+        self.partition_offsets = partition_offsets
         self.bytes_in = 0  # request bytes read from clients, for the acceptor's status line
         self.bytes_out = 0
 

@@ -139,5 +139,9 @@ class Owners:
             for i, result in zip(indexes, batched.results):
                 results[i] = result
 
-        await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
+        if len(by_owner) == 1:  # the common case: no tasks to make for one round trip
+            [(worker, indexes)] = by_owner.items()
+            await one(worker, indexes)
+        else:
+            await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
         return results

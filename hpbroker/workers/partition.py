@@ -43,6 +43,7 @@ from hpbroker.workers.owner_calls import (
     LocateResult,
     PartitionBoundsResult,
 )
+from hpbroker.workers.publisher import UNPUBLISHED
 
 log = logging.getLogger(__name__)
 # a client retrying into a full disk, or resending a bad batch, fails every few
@@ -68,7 +69,7 @@ class Leadership:
 
 class Partition:
     def __init__(self, topic: str, index: int, log, *, role: Role = Role.STANDALONE, leader_epoch: int = 0,
-                 trusted=lambda: True):
+                 trusted=lambda: True, publisher=UNPUBLISHED):
         self.topic = topic
         self.index = index
         self.log = log
@@ -77,6 +78,13 @@ class Partition:
         self.leadership: Leadership | None = None  # LEADER only
         self.leader_id = -1  # FOLLOWER: the broker it copies from
         self.trusted = trusted  # () -> bool: the worker's leaderships are not in doubt
+        self.publisher = publisher  # the shared partition table, rewritten whenever the offsets move
+        log.on_offsets_changed = self.publish
+        self.publish()
+
+    def publish(self) -> None:
+        """Tell the other workers this partition's role and offsets (``publisher.py``)."""
+        self.publisher.publish(self)
 
     @property
     def key(self) -> tuple[str, int]:

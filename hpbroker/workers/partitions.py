@@ -51,6 +51,7 @@ from hpbroker.workers.owner_calls import (
     WaitReplicated,
 )
 from hpbroker.workers.partition import Partition, Role
+from hpbroker.workers.publisher import UNPUBLISHED
 from hpbroker.workers.purgatory import Purgatory
 from hpbroker.workers.topics import TopicRegistry
 
@@ -60,10 +61,11 @@ if TYPE_CHECKING:
 
 class Partitions:
     def __init__(self, logs: LogManager, topics: TopicRegistry | ClusterTopics, *, replicas=None,
-                 purgatory: Purgatory | None = None):
+                 purgatory: Purgatory | None = None, publisher=UNPUBLISHED):
         self.logs = logs
         self.topics = topics
         self.purgatory = purgatory or Purgatory()
+        self.publisher = publisher  # the shared partition table (cluster mode: the ReplicaManager's too)
         # cluster mode: the ReplicaManager, which gives the partitions assigned here their roles
         self.replicas = replicas
         self._standalone: dict[tuple[str, int], Partition] = {}
@@ -89,7 +91,8 @@ class Partitions:
             return ErrorCode.unknown_topic_or_partition
         found = self._standalone.get((topic, partition))
         if found is None or found.log is not partition_log:
-            found = self._standalone[(topic, partition)] = Partition(topic, partition, partition_log)
+            found = self._standalone[(topic, partition)] = Partition(topic, partition, partition_log,
+                                                                     publisher=self.publisher)
         return found
 
     def _standalone_log(self, topic: str, partition: int):
@@ -130,7 +133,9 @@ class Partitions:
 
     def changed(self, partition: Partition) -> None:
         """Something of ``partition`` moved (data, the high watermark, a follower's
-        position, its role): the delayed operations on it look again."""
+        position, its role): the delayed operations on it look again, and the
+        other workers read its new state."""
+        partition.publish()
         self.purgatory.poke(partition.key)
 
     # --- the calls ---------------------------------------------------------------------------
@@ -225,6 +230,8 @@ class Partitions:
                     shutil.rmtree(doomed, ignore_errors=True)
         if found is not None:
             found.role = Role.OFFLINE  # whoever still holds it sees it gone
+        self.publisher.withdraw(*key)
+        self.topics.changed_here()  # a partition directory went
         self.purgatory.poke(key)  # long polls on it answer now
         return Done(ErrorCode.none)
 

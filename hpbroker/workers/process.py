@@ -23,6 +23,8 @@ from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
+from hpbroker.shared.broker_memory import BrokerMemory
+from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
 from hpbroker.workers.cluster_topics import ClusterTopics
@@ -37,6 +39,7 @@ from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.peer_states import PeerStates
 from hpbroker.workers.peers import PeerClient, PeerServer
 from hpbroker.workers.producer_ids import ClusterProducerIds
+from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
 
@@ -49,7 +52,7 @@ PRUNE_EVERY_TICKS = 50  # unlinked segments' descriptors are closed within ~5 s
 
 class Worker:
     def __init__(self, index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,
-                 clean_shutdown: bool, cluster_id: str):
+                 clean_shutdown: bool, cluster_id: str, memory: BrokerMemory):
         self.index = index
         self.workers = workers
         self.config = config
@@ -57,6 +60,7 @@ class Worker:
         self.broker_tag = broker_tag
         self.clean_shutdown = clean_shutdown
         self.cluster_id = cluster_id
+        self.memory = memory
         self.connections: set[KafkaConnection] = set()
         self.stopping: asyncio.Event | None = None
         self.draining = self.drained = False
@@ -72,7 +76,9 @@ class Worker:
         if cfg["zookeeper.connect"]:
             self._join_cluster()
         else:
-            self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id)
+            self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id,
+                                        changes=TopicChanges(self.memory.topic_changes, self.index))
+        self.publisher = Publisher(self.memory.partitions.writer(self.index))
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,
@@ -87,8 +93,8 @@ class Worker:
         if self.link is not None:
             self.peer_states = PeerStates(cfg.broker_id, on_change=self._on_peer_states)
             self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link,
-                                           current_image=self._current_image)
-        self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas)
+                                           current_image=self._current_image, publisher=self.publisher)
+        self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas, publisher=self.publisher)
         in_cluster = self.replicas is not None
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
@@ -167,7 +173,8 @@ class Worker:
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
                         self.config["offsets.topic.num.partitions"])
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
-                                 groups=self.groups, cluster=cluster, producer_ids=producer_ids)
+                                 groups=self.groups, cluster=cluster, producer_ids=producer_ids,
+                                 partition_offsets=self.memory.partitions.reader())
         if self.link is not None:
             self._on_image()
             self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
@@ -318,7 +325,7 @@ class Worker:
 
 
 def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,
-               clean_shutdown: bool, cluster_id: str, cpu: int | None) -> int:
+               clean_shutdown: bool, cluster_id: str, cpu: int | None, memory: BrokerMemory) -> int:
     """The body of a forked worker; returns its exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C reaches the acceptor, which stops us in order
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -329,7 +336,7 @@ def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.s
             os.sched_setaffinity(0, {cpu})
         except OSError as exc:
             log.warning("worker %d: could not pin to CPU %d: %s", index, cpu, exc)
-    worker = Worker(index, workers, config, control, broker_tag, clean_shutdown, cluster_id)
+    worker = Worker(index, workers, config, control, broker_tag, clean_shutdown, cluster_id, memory)
     try:
         worker.boot()
     except Exception as exc:

@@ -45,6 +45,7 @@ from hpbroker.sentinels import NO_LEADER
 from hpbroker.server.ownership import partition_owner
 from hpbroker.storage import checkpoints
 from hpbroker.workers.partition import Leadership, Partition, Role
+from hpbroker.workers.publisher import UNPUBLISHED
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class ReplicaSettings:
 class ReplicaManager:
     def __init__(self, settings: ReplicaSettings, index: int, workers: int, logs, link, *,
                  changed=lambda partition: None, on_leadership=lambda topic, partition, leading: None,
-                 current_image=None, clock: Clock = SYSTEM):
+                 current_image=None, clock: Clock = SYSTEM, publisher=UNPUBLISHED):
         self.settings = settings
         self.broker_id = settings.broker_id
         self.index = index
@@ -73,6 +74,7 @@ class ReplicaManager:
         self.link = link  # WorkerLink: propose_isr
         self.current_image = current_image or link.image  # the image roles are taken from
         self.changed = changed  # (Partition) -> None: the delayed operations on it look again
+        self.publisher = publisher  # the shared partition table
         self.on_leadership = on_leadership
         self.clock = clock
         self.image = ClusterImage()
@@ -288,6 +290,7 @@ class ReplicaManager:
                 self._follow(partition, state, image)
         for key in set(self.partitions) - assigned:
             self._go_offline(self.partitions.pop(key), None)
+            self.publisher.withdraw(*key)
         for topic in sorted(gone | image.topics_being_deleted):
             self._delete_local(topic)
         self._delete_moved_away(image)
@@ -312,7 +315,8 @@ class ReplicaManager:
         found = self.partitions.get((topic, index))
         if found is None or found.log is not partition_log:
             found = self.partitions[(topic, index)] = Partition(topic, index, partition_log, role=Role.OFFLINE,
-                                                                leader_epoch=-1, trusted=self.trusted)
+                                                                leader_epoch=-1, trusted=self.trusted,
+                                                                publisher=self.publisher)
         return found
 
     def _lead(self, partition: Partition, state: znodes.PartitionState, replicas: list[int]) -> None:
@@ -407,6 +411,7 @@ class ReplicaManager:
         found = self.partitions.pop((topic, index), None)
         if found is not None:
             self._go_offline(found, None)
+        self.publisher.withdraw(topic, index)
         self.logs.delete_log(topic, index)
         log.info("%s-%d: local replica deleted %s", topic, index, why)
 

@@ -83,8 +83,12 @@ def validate_name(name: str) -> None:
 
 
 class TopicRegistry:
-    def __init__(self, log_dirs: list[str], log_config: LogConfig, broker_id: int = 0):
+    def __init__(self, log_dirs: list[str], log_config: LogConfig, broker_id: int = 0, changes=None):
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        # shared.counters.TopicChanges under a broker: every worker bumps its own
+        # counter after changing the topics on disk, so looking for changes is a
+        # read of shared memory, not three stats and a file read per produced batch
+        self.changes = changes
         self.broker_id = broker_id  # the one broker every replica assignment may name
         self.log_config = log_config
         self._effective: dict[str, tuple] = {}  # name -> (defaults, overrides, their LogConfig)
@@ -96,6 +100,8 @@ class TopicRegistry:
 
     # --- reading -------------------------------------------------------------
     def _current_stamp(self):
+        if self.changes is not None:
+            return self.changes.stamp()
         stamps = []
         for d in self.log_dirs:
             try:
@@ -241,9 +247,16 @@ class TopicRegistry:
             self._rescan()
             yield
             checkpoints.write_atomically(self._generation_path, f"{self._read_generation() + 1}\n")
+            self.changed_here()
             self._rescan()  # before releasing: once another worker holds the lock, refresh() keeps the old view
         finally:
             os.close(fd)
+
+    def changed_here(self) -> None:
+        """This process changed the topics on disk (under the lock, or removing a
+        deleted topic's partition): the other workers look again."""
+        if self.changes is not None:
+            self.changes.bump()
 
     # The changes are coroutines, as in a cluster (``ClusterTopics``), so that
     # handlers await either; here the work is done at once, under the lock.

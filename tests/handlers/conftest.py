@@ -52,6 +52,8 @@ from hpbroker.protocol.schemas import API_VERSIONS, FETCH, LEGACY_PRODUCE_MAX, P
 from hpbroker.protocol.versions import unsupported_api_versions_response
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.config import BrokerConfig
+from hpbroker.shared.broker_memory import BrokerMemory
+from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers.context import CLIENT_HOST, BrokerIdentity, WorkerContext
 from hpbroker.workers.fetch_response import FileRegion
@@ -59,6 +61,7 @@ from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.owners import LocalOwner, Owners
 from hpbroker.workers.partitions import Partitions
+from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.topics import TopicRegistry
 
 CLUSTER_ID = "handlers-test-cluster"
@@ -275,16 +278,20 @@ class Harness:
         self.loop = asyncio.new_event_loop()
         for log_dir_path in cfg.log_dirs:  # the acceptor's work (it holds the roots)
             os.makedirs(log_dir_path, exist_ok=True)
-        self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id)
+        # the memory a broker's acceptor shares with its workers, as a one-worker broker has it
+        self.memory = BrokerMemory.create(1, partition_slots=256)
+        self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id,
+                                    changes=TopicChanges(self.memory.topic_changes, 0))
         self.logs = LogManager(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=CLUSTER_ID,
                                config_for=self.topics.config_for, manage_root=False).open(clean_shutdown=True)
-        self.partitions = Partitions(self.logs, self.topics)
+        self.partitions = Partitions(self.logs, self.topics, publisher=Publisher(self.memory.partitions.writer(0)))
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, 0, 1)
         self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
         owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"])
         listener = cfg.advertised
         self.identity = BrokerIdentity(cfg.broker_id, CLUSTER_ID, listener.host, listener.port)
-        self.ctx = WorkerContext(cfg, 0, 1, self.identity, self.topics, owners, groups=self.groups)
+        self.ctx = WorkerContext(cfg, 0, 1, self.identity, self.topics, owners, groups=self.groups,
+                                 partition_offsets=self.memory.partitions.reader())
         self.run(self._started())
 
     async def _started(self) -> None:

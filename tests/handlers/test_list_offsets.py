@@ -1,9 +1,11 @@
-"""ListOffsets (2): earliest, latest, by time and max timestamp, each answered
-by the partition's owner."""
+"""ListOffsets (2): earliest, latest, by time and max timestamp; earliest and
+latest from the shared partition table, the others by the partition's owner."""
 
 import pytest
 
 from hpbroker.errors import ErrorCode
+from hpbroker.shared.partition_table import STANDALONE
+from hpbroker.workers.owner_calls import DeletePartition, DeleteRecords
 from tests.handlers.conftest import LIST_OFFSETS, errors, flattened, grouped, request
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -70,3 +72,26 @@ def test_unknown_topics_and_partitions(timed, version):
 def test_a_leader_epoch_newer_than_the_partitions_is_refused(timed):
     [(_t, found)] = list_offsets(timed, 8, ("t", 0, LATEST), leader_epoch=3)
     assert found.error_code == ErrorCode.unknown_leader_epoch
+
+
+def test_earliest_and_latest_are_read_from_the_shared_table(timed):
+    """What the table says is what the client hears: it is not the owner that answers."""
+    writer = timed.memory.partitions.writer(0)
+    writer.publish("t", 0, STANDALONE, True, 0, 1, 3, 3, 3)  # as if the owner had published these
+    assert offsets(list_offsets(timed, 8, ("t", 0, EARLIEST), ("t", 0, LATEST))) == [(1, -1), (3, -1)]
+    # a time is looked up by the owner in its index
+    assert offsets(list_offsets(timed, 8, ("t", 0, T + 5))) == [(1, T + 30)]
+
+
+def test_what_moves_the_log_start_and_end_is_published_at_once(timed):
+    timed.produce("t", 0, b"e")
+    timed.run(timed.local_owner.call(DeleteRecords("t", 0, 2, 5000)))
+    assert offsets(list_offsets(timed, 8, ("t", 0, EARLIEST), ("t", 0, LATEST))) == [(2, -1), (5, -1)]
+    published = timed.memory.partitions.reader().read("t", 0)
+    assert published is not None and (published.log_start, published.high_watermark) == (2, 5)
+
+
+def test_a_deleted_partition_is_no_longer_published(timed):
+    assert timed.memory.partitions.reader().read("t", 0) is not None
+    timed.run(timed.local_owner.call(DeletePartition("t", 0)))
+    assert timed.memory.partitions.reader().read("t", 0) is None

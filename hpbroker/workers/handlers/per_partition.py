@@ -15,16 +15,25 @@ from hpbroker.errors import ErrorCode
 
 
 async def ask_each(ctx, work: list[tuple], make_call: Callable, *,
-                   unknown=ErrorCode.unknown_topic_or_partition) -> list:
+                   unknown=ErrorCode.unknown_topic_or_partition, published: Callable | None = None) -> list:
     """For each ``(topic, partition, *rest)`` of ``work``, the result of
-    ``make_call(topic, partition, *rest)`` from the partition's owner."""
+    ``make_call(topic, partition, *rest)`` from the partition's owner; or,
+    when ``published(offsets, *rest)`` makes one of what the owner published
+    in the shared partition table (``ctx.partition_offsets``), that result
+    without asking the owner."""
     results: list = [None] * len(work)
     calls, slots = [], []
+    table = ctx.partition_offsets if published is not None else None
     for i, (topic, partition, *rest) in enumerate(work):
         call = make_call(topic, partition, *rest)
         info = ctx.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
             results[i] = call.unanswered(unknown)
+            continue
+        offsets = table.read(topic, partition) if table is not None else None
+        answer = published(offsets, *rest) if offsets is not None and published is not None else None
+        if answer is not None:
+            results[i] = answer
         else:
             calls.append(call)
             slots.append(i)

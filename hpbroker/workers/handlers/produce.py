@@ -6,6 +6,7 @@ import datetime
 import logging
 
 from hpbroker.errors import ErrorCode
+from hpbroker.shared.partition_table import STANDALONE
 from hpbroker.workers.context import CloseConnection
 from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
@@ -34,12 +35,20 @@ async def _append_all(ctx, work, acks: int) -> list:
     return results
 
 
+def _replicated_already(ctx, topic: str, partition: int, end_offset: int) -> bool:
+    """The partition's own published high watermark is past the batch: no wait to
+    ask for (a standalone partition's, always: it is its only replica)."""
+    table = ctx.partition_offsets
+    offsets = table.read(topic, partition) if table is not None else None
+    return offsets is not None and offsets.role == STANDALONE and offsets.high_watermark >= end_offset
+
+
 async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
     """acks=all: each appended batch is answered once the high watermark passed
     it (one wait per owning worker); a failure replaces its success."""
     by_owner: dict[int, list[int]] = {}
     for i, ((topic, partition, _), result) in enumerate(zip(work, results)):
-        if result.error == ErrorCode.none:
+        if result.error == ErrorCode.none and not _replicated_already(ctx, topic, partition, result.end_offset):
             by_owner.setdefault(ctx.owners.partition_owner(topic, partition), []).append(i)
 
     async def one(owner: int, indexes: list[int]) -> None:
@@ -49,7 +58,8 @@ async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
             if error != ErrorCode.none:
                 results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
 
-    await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
+    if by_owner:
+        await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
     return results
 
 

@@ -1,0 +1,21 @@
+"""All the memory one broker's processes share, made in one place: the
+acceptor's worker pool, before it forks a worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpbroker.shared.counters import WriterCounters
+from hpbroker.shared.partition_table import PartitionTable
+
+PARTITION_SLOTS = 8192  # per worker: 8192 entries of 88 bytes, 704 KiB, touched only as used
+
+
+@dataclass(frozen=True)
+class BrokerMemory:
+    partitions: PartitionTable
+    topic_changes: WriterCounters  # one slot per worker: bumped after it changed the topics on disk
+
+    @classmethod
+    def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS) -> BrokerMemory:
+        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers))

@@ -1,0 +1,190 @@
+"""Every partition's offsets, published by its owning worker, read by all.
+
+The table is ``workers`` regions of ``slots`` entries; worker w writes only
+region w (the partitions it owns), so no entry ever has two writers and no
+lock spans processes.  A reader knows a partition's owner (``ownership``) and
+looks only in that region.  Within a region an entry's place is found by
+open addressing on (topic name hash, partition), at most ``MAX_PROBES`` steps
+from its home slot; a partition that finds no place is simply not published,
+and readers ask its owner as before.
+
+Each entry is eleven little-endian int64 words, the first a sequence counter (a
+seqlock): the writer makes it odd, writes the other ten words, makes it even
+again; a reader copies the entry and keeps the copy only when the counter was
+even and is unchanged after the copy.  A worker killed mid-write leaves the
+counter odd: readers find no entry (and ask the owner) until the restarted
+worker resets its region, which moves every counter on.  This relies on the
+stores of one process reaching other processes in program order (x86-64's
+memory model); a port to weaker orderings needs fences between the steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import NamedTuple
+
+from hpbroker.server.ownership import partition_owner
+from hpbroker.shared.region import anonymous
+
+MAX_PROBES = 32
+
+# the state of an entry (word 4)
+EMPTY = 0  # never used: a reader's probe ends here
+GONE = 1  # was used: probes go on past it
+STANDALONE, LEADER, FOLLOWER, OFFLINE = 2, 3, 4, 5
+ROLE_CODES = {"standalone": STANDALONE, "leader": LEADER, "follower": FOLLOWER, "offline": OFFLINE}
+
+# seq, key_hi, key_lo, partition, state, serving, leader_epoch, log_start, high_watermark, log_end, last_stable
+_ENTRY = struct.Struct("<11q")
+_BODY = struct.Struct("<10q")
+_SEQ = struct.Struct("<q")
+_KEY = struct.Struct("<qq")
+_ENTRY_SIZE = _ENTRY.size
+
+
+class PartitionOffsets(NamedTuple):
+    """What a reader gets: a consistent copy of one entry."""
+    role: int
+    serving: bool  # the owner would serve a client's request as its leader
+    leader_epoch: int
+    log_start: int
+    high_watermark: int
+    log_end: int
+    last_stable: int  # the high watermark until transactions hold it back
+
+
+def topic_key(topic: str) -> tuple[int, int]:
+    """128 bits of the topic's name: the same in every process (``hash()`` of a str is not)."""
+    return _KEY.unpack(hashlib.blake2b(topic.encode(), digest_size=16).digest())
+
+
+def _home(key: tuple[int, int], partition: int, mask: int) -> int:
+    return ((key[0] ^ (key[1] * 0x9E3779B97F4A7C15) ^ (partition * 0xC2B2AE3D27D4EB4F)) >> 7) & mask
+
+
+class PartitionTable:
+    """Made by the acceptor before its first fork; each worker takes ``writer(its index)`` and ``reader()``."""
+
+    def __init__(self, workers: int, slots: int = 8192):
+        if slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, got {slots}")
+        self.workers = workers
+        self.slots = slots
+        self.memory = anonymous(workers * slots * _ENTRY_SIZE)
+
+    def writer(self, worker: int) -> TableWriter:
+        return TableWriter(self, worker)
+
+    def reader(self) -> TableReader:
+        return TableReader(self)
+
+
+class TableWriter:
+    """The owning worker's side: only this worker writes its region."""
+
+    def __init__(self, table: PartitionTable, worker: int):
+        self.memory = table.memory
+        self.mask = table.slots - 1
+        self.base = worker * table.slots
+        self._places: dict[tuple[str, int], int] = {}  # published -> byte offset of its entry
+        self._taken: set[int] = set()
+        self._keys: dict[str, tuple[int, int]] = {}
+
+    def reset(self) -> None:
+        """Empty the whole region (a worker starting, maybe after a crash mid-write)."""
+        for slot in range(self.mask + 1):
+            offset = (self.base + slot) * _ENTRY_SIZE
+            seq = _SEQ.unpack_from(self.memory, offset)[0]
+            _SEQ.pack_into(self.memory, offset, seq | 1)
+            _BODY.pack_into(self.memory, offset + 8, 0, 0, 0, EMPTY, 0, 0, 0, 0, 0, 0)
+            _SEQ.pack_into(self.memory, offset, (seq | 1) + 1)
+        self._places.clear()
+        self._taken.clear()
+
+    def publish(self, topic: str, partition: int, role: int, serving: bool, leader_epoch: int, log_start: int,
+                high_watermark: int, log_end: int, last_stable: int) -> bool:
+        """Write the partition's entry; False when it has no place (readers then ask the owner)."""
+        offset = self._places.get((topic, partition))
+        key = self._keys.get(topic)
+        if key is None:
+            key = self._keys[topic] = topic_key(topic)
+        if offset is None:
+            offset = self._claim(key, partition)
+            if offset is None:
+                return False
+            self._places[(topic, partition)] = offset
+        self._write(offset, key[0], key[1], partition, role, int(serving), leader_epoch, log_start, high_watermark,
+                    log_end, last_stable)
+        return True
+
+    def withdraw(self, topic: str, partition: int) -> None:
+        offset = self._places.pop((topic, partition), None)
+        if offset is not None:
+            self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0)
+            self._taken.discard(offset)
+
+    def _claim(self, key: tuple[int, int], partition: int) -> int | None:
+        home = _home(key, partition, self.mask)
+        for step in range(MAX_PROBES):
+            offset = (self.base + ((home + step) & self.mask)) * _ENTRY_SIZE
+            if offset not in self._taken:
+                self._taken.add(offset)
+                return offset
+        return None
+
+    def _write(self, offset: int, *body: int) -> None:
+        memory = self.memory
+        seq = _SEQ.unpack_from(memory, offset)[0] | 1
+        _SEQ.pack_into(memory, offset, seq)  # odd: being written
+        _BODY.pack_into(memory, offset + 8, *body)
+        _SEQ.pack_into(memory, offset, seq + 1)
+
+
+class TableReader:
+    """Any worker's side: lock-free reads of every region."""
+
+    def __init__(self, table: PartitionTable):
+        self.memory = table.memory
+        self.workers = table.workers
+        self.slots = table.slots
+        self.mask = table.slots - 1
+        self._keys: dict[str, tuple[int, int]] = {}
+        self._places: dict[tuple[str, int], int] = {}  # where it was found last
+
+    def read(self, topic: str, partition: int) -> PartitionOffsets | None:
+        """The partition's published offsets, or None (not published, or being rewritten: ask the owner)."""
+        key = self._keys.get(topic)
+        if key is None:
+            key = self._keys[topic] = topic_key(topic)
+        known = self._places.get((topic, partition))
+        if known is not None:
+            found = self._match(known, key, partition)
+            if found is not None:
+                return found
+        base = partition_owner(topic, partition, self.workers) * self.slots
+        home = _home(key, partition, self.mask)
+        for step in range(MAX_PROBES):
+            offset = (base + ((home + step) & self.mask)) * _ENTRY_SIZE
+            entry = self._copy(offset)
+            if entry is None or entry[4] == EMPTY:
+                return None
+            if entry[1] == key[0] and entry[2] == key[1] and entry[3] == partition and entry[4] != GONE:
+                self._places[(topic, partition)] = offset
+                return PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
+        return None
+
+    def _match(self, offset: int, key: tuple[int, int], partition: int) -> PartitionOffsets | None:
+        entry = self._copy(offset)
+        if entry is None or entry[1] != key[0] or entry[2] != key[1] or entry[3] != partition or entry[4] <= GONE:
+            return None
+        return PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
+
+    def _copy(self, offset: int) -> tuple | None:
+        """A consistent copy of the entry, or None when its writer is mid-write (or died there)."""
+        memory = self.memory
+        for _ in range(3):
+            entry = _ENTRY.unpack_from(memory, offset)
+            if entry[0] & 1 == 0 and _SEQ.unpack_from(memory, offset)[0] == entry[0]:
+                return entry
+        return None

@@ -1,0 +1,44 @@
+"""What the owner of partitions tells the other workers without being asked:
+each partition's role and offsets, in the broker's shared partition table
+(``hpbroker.shared.partition_table``), rewritten whenever they move.
+
+``Publisher`` writes this worker's region of the table; ``UNPUBLISHED`` is the
+same interface writing nothing (tests and tools that hold a log without a
+broker around it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpbroker.shared.partition_table import ROLE_CODES, TableWriter
+
+if TYPE_CHECKING:
+    from hpbroker.workers.partition import Partition
+
+
+class Publisher:
+    def __init__(self, writer: TableWriter):
+        self.writer = writer
+        writer.reset()  # whatever an earlier incarnation of this worker left, torn or not
+
+    def publish(self, partition: Partition) -> None:
+        log = partition.log
+        high_watermark = log.high_watermark
+        self.writer.publish(partition.topic, partition.index, ROLE_CODES[partition.role.value], partition.leads(),
+                            partition.leader_epoch, log.log_start_offset, high_watermark, log.log_end_offset,
+                            high_watermark)
+
+    def withdraw(self, topic: str, index: int) -> None:
+        self.writer.withdraw(topic, index)
+
+
+class _Unpublished:
+    def publish(self, partition: Partition) -> None:
+        pass
+
+    def withdraw(self, topic: str, index: int) -> None:
+        pass
+
+
+UNPUBLISHED = _Unpublished()
