@@ -165,7 +165,9 @@ class Partitions:
         if result.error == ErrorCode.none:
             if self.replicas is not None:
                 self.replicas.advance(found)  # an ISR of one: the high watermark moves now
-            self.changed(found)  # long polls on it (standalone: consumers; in a cluster: followers)
+            # long polls on it (standalone: consumers; in a cluster: followers); the log
+            # published its new end itself
+            self.purgatory.poke(found.key)
         return result
 
     def locate(self, call: Locate):

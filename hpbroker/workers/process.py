@@ -188,6 +188,7 @@ class Worker:
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
         gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.groups, self.connections))
+        counters = loop.create_task(observe.flush_forever())
         await self.stopping.wait()
         self.endpoint.stop_reading()
         if not self.drained:
@@ -195,6 +196,8 @@ class Worker:
         ticker.cancel()
         heartbeat.cancel()
         gauges.cancel()
+        counters.cancel()
+        observe.flush()  # the counts since the last flush
         if self.replicas is not None:
             assert self.link is not None  # they come together
             self.peer_states.stop()

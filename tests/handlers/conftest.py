@@ -31,6 +31,7 @@ import os
 import struct
 from collections.abc import Mapping
 from functools import cache
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -305,8 +306,7 @@ class Harness:
         """Send ``req`` (a kio request) as a client would, claiming wire ``version``
         (default: the object's own) and return what the client reads back: the
         kio response, or None where none is sent (Produce with acks=0).  Produce
-        v0/v1 answers, which kio cannot read, come back as the handler's object
-        once ``encode_response`` has written them."""
+        v0/v1 answers, which kio cannot read, are read here into the same names."""
         version = int(req.__version__) if version is None else version
         frame = _frame(req, version, client_id)
         try:
@@ -321,13 +321,15 @@ class Harness:
         if response is None:
             return None
         api_key = header.api_key
-        if isinstance(response, list):
-            assert api_key == FETCH, "only Fetch answers with pieces"
+        if isinstance(response, list):  # written by the handler itself: Fetch, Produce
+            assert api_key in (FETCH, PRODUCE), "only Fetch and Produce answer with pieces"
             data = _joined(response)
             (size,) = struct.unpack_from(">i", data)
             assert size == len(data) - 4, "the size prefix covers the frame"
             wire = data[4:]
             wire_version = header.api_version
+            if api_key == PRODUCE and wire_version < LEGACY_PRODUCE_MAX:
+                return _legacy_produce_answer(wire, header.correlation_id)  # kio reads none older than v2
         else:
             wire = encode_response(header, response)[4:]
             wire_version = header.api_version
@@ -430,6 +432,24 @@ def coordinated(broker) -> Harness:
 @cache
 def error_name(code: int) -> str:
     return ErrorCode(code).name
+
+
+def _legacy_produce_answer(wire: bytes, correlation_id: int) -> SimpleNamespace:
+    """A Produce v0/v1 answer (topics of (index, error, base offset)), with kio's attribute names."""
+    (seen, topics), pos = struct.unpack_from(">ii", wire), 8
+    assert seen == correlation_id
+    responses = []
+    for _ in range(topics):
+        (length,) = struct.unpack_from(">h", wire, pos)
+        name = wire[pos + 2:pos + 2 + length].decode()
+        (count,), pos = struct.unpack_from(">i", wire, pos + 2 + length), pos + 6 + length
+        partitions = []
+        for _ in range(count):
+            index, error, base_offset = struct.unpack_from(">ihq", wire, pos)
+            partitions.append(SimpleNamespace(index=index, error_code=error, base_offset=base_offset))
+            pos += 14
+        responses.append(SimpleNamespace(name=name, partition_responses=partitions))
+    return SimpleNamespace(responses=responses)
 
 
 def errors(items, attribute: str = "error_code") -> list[str]:

@@ -1,26 +1,20 @@
 """Produce (0): each partition's batches go to its owning worker, which appends
-them (single writer); the answers come back in the client's order."""
+them (single writer); the answers come back in the client's order, written
+straight to the wire (``protocol/produce_response.py``)."""
 
 import asyncio
-import datetime
 import logging
 
 from hpbroker.errors import ErrorCode
+from hpbroker.protocol import produce_response
 from hpbroker.shared.partition_table import STANDALONE
 from hpbroker.workers.context import CloseConnection
 from hpbroker.workers.handlers.per_partition import ask_each
-from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
 
 API_KEY = 0
 log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
-
-
-def _append_time(ms: int):
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
 
 
 async def _append_all(ctx, work, acks: int) -> list:
@@ -81,13 +75,8 @@ async def handle(ctx, header, request):
             raise CloseConnection(f"an acks=0 produce failed ({', '.join(failed[:3])}"
                                   f"{', ...' if len(failed) > 3 else ''})")
         return None
-    m = response_module(API_KEY, header.api_version)
     by_topic: dict[str, list] = {}
     for (topic, partition, _), result in zip(work, results):
-        by_topic.setdefault(topic, []).append(make(
-            m.PartitionProduceResponse, index=partition, error_code=result.error, base_offset=result.base_offset,
-            log_append_time=_append_time(result.log_append_time), log_start_offset=result.log_start_offset,
-            record_errors=(), error_message=result.message))
-    topics = tuple(make(m.TopicProduceResponse, name=name, partition_responses=tuple(parts))
-                   for name, parts in by_topic.items())
-    return make(m.ProduceResponse, responses=topics, throttle_time=NO_THROTTLE)
+        by_topic.setdefault(topic, []).append((partition, result.error, result.base_offset, result.log_append_time,
+                                               result.log_start_offset, result.message))
+    return [produce_response.encode(header.correlation_id, header.api_version, list(by_topic.items()))]
