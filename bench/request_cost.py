@@ -54,6 +54,7 @@ from bench.targets import Hpbroker, Meter, Tansu, Target  # noqa: E402
 from bench.wire_load import closed_loop, list_offsets_answer, list_offsets_request  # noqa: E402
 
 REQ_TOPIC, BYTES_TOPIC, IDLE_TOPIC, PARTITIONS = "requests", "bytes", "idle", 2
+COUNTERS_LAG_S = 1.5
 MiB, GiB = 2**20, 2**30
 
 
@@ -147,6 +148,7 @@ def per_byte(target: Target, perf: Path, work: Path, s: Settings) -> dict:
     fleet.start()
     codes = fleet.wait(900)
     r = meter.stop()
+    time.sleep(COUNTERS_LAG_S)  # hpbroker writes its request counters to the metric files once a second
     after = target.request_counts()
     summary = _DELIVERED.findall(fleet.outs[0].read_text(errors="replace"))
     delivered, failed = (int(x) for x in summary[-1]) if summary else (0, records)
