@@ -8,6 +8,7 @@ import struct
 
 import pytest
 from crc32c import crc32c
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_batch
@@ -311,3 +312,27 @@ def test_a_leader_holds_its_epoch_from_the_log_end_before_appending(tmp_path):
     log.append(make_batch(4), leader_epoch=0)
     assert log.end_offset_for_epoch(1, current_epoch=1) == (1, 4)
     assert log.end_offset_for_epoch(0, current_epoch=1) == (0, 4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.tuples(st.integers(1, 3), st.sampled_from([10, 10, 300]), st.sampled_from([0, 0, 5, -5])),
+                        min_size=1, max_size=20),
+       interval_batches=st.integers(0, 3), extra=st.sampled_from([0, 0, -1, 1]))
+def test_one_batch_appends_index_as_one_append_of_them_all(tmp_path_factory, batches, interval_batches, extra):
+    """A produce request's usual single batch is indexed by a scalar path; a
+    request of many by the kernel: the .index, .timeindex and tail state agree
+    (equal sizes and timestamps come up often, to try the rule's edges)."""
+    data = [make_batch(n, timestamp=T0 + shift, value_size=size, tag=f"b{i % 10}")
+            for i, (n, size, shift) in enumerate(batches)]
+    config = LogConfig(index_interval_bytes=max(interval_batches * len(data[0]) + extra, 0))
+    one_by_one = Log.open(str(tmp_path_factory.mktemp("single") / "t-0"), "t", 0, config)
+    together = Log.open(str(tmp_path_factory.mktemp("all") / "t-0"), "t", 0, config)
+    for batch in data:
+        one_by_one.append(batch)
+    together.append(b"".join(data))
+    a, b = one_by_one.active_segment, together.active_segment
+    assert a.offset_index.keys().tolist() == b.offset_index.keys().tolist()
+    assert a.offset_index.values().tolist() == b.offset_index.values().tolist()
+    assert a.time_index.keys().tolist() == b.time_index.keys().tolist()
+    assert a.time_index.values().tolist() == b.time_index.values().tolist()
+    assert (a.max_timestamp, a.next_offset, a.size) == (b.max_timestamp, b.next_offset, b.size)

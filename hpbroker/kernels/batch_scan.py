@@ -111,6 +111,9 @@ def _frame(buf, pos, end, view_end):
     return size, magic, -1
 
 
+_NO_LIMIT = int(np.iinfo(np.int64).max)
+
+
 @kernel((BYTES, types.int64, types.int64, types.int64))
 def _count(buf, start, end, max_batches):
     """Entries whose framing is whole, hopping from length to length: sizes the
@@ -204,6 +207,6 @@ def scan_batches(
     start = int(start)
     if not 0 <= start <= max(end, 0):
         raise ValueError(f"start {start} outside [0, {end}]")
-    limit = np.iinfo(np.int64).max if max_batches is None else int(max_batches)
+    limit = _NO_LIMIT if max_batches is None else int(max_batches)
     rows, stop, valid_end = _scan(view, start, end, bool(verify_crc), limit, bool(stop_at_invalid))
     return BatchScan(*rows, stop=int(stop), valid_end=int(valid_end))

@@ -21,13 +21,15 @@ def validate(scan, size: int, config: LogConfig, name: str, *, from_client: bool
         raise CorruptBatchError(
             f"{name}: rejected append: batch at byte {scan.valid_end} of {size} is invalid (scan stop code {scan.stop})"
         )
-    if (scan.magic != 2).any():
+    # Python lists, not numpy reductions: a request holds a batch or a few, and
+    # a reduction over a short array costs more than the loop.
+    if any(magic != 2 for magic in scan.magic.tolist()):
         raise UnsupportedFormatError(f"{name}: only record batch v2 (magic 2) can be appended")
     check_sizes(scan, size, config, name)
-    if ((scan.last_offset - scan.base_offset + 1) != scan.record_count).any() or (scan.record_count < 1).any():
+    counts = scan.record_count.tolist()
+    if any(last - base + 1 != count or count < 1
+           for base, last, count in zip(scan.base_offset.tolist(), scan.last_offset.tolist(), counts)):
         raise InvalidRecordError(f"{name}: a batch's record count does not match its last offset delta")
-    # Python lists, not numpy reductions: a request holds a batch or a few,
-    # and this keeps the check nearly free for producers without an id.
     producer_ids = scan.producer_id.tolist()
     idempotent = max(producer_ids) >= 0
     if from_client:  # as Kafka's LogValidator: markers carry a producer id but no sequence
@@ -39,11 +41,11 @@ def validate(scan, size: int, config: LogConfig, name: str, *, from_client: bool
 
 
 def check_sizes(scan, size: int, config: LogConfig, name: str) -> None:
-    too_large = np.flatnonzero(scan.size > config.max_message_bytes)
-    if len(too_large):
+    largest = max(scan.size.tolist(), default=0)
+    if largest > config.max_message_bytes:
+        first = next(s for s in scan.size.tolist() if s > config.max_message_bytes)
         raise RecordTooLargeError(
-            f"{name}: batch of {int(scan.size[too_large[0]])} bytes exceeds "
-            f"max.message.bytes={config.max_message_bytes}"
+            f"{name}: batch of {first} bytes exceeds max.message.bytes={config.max_message_bytes}"
         )
     if size > config.segment_bytes:
         raise RecordTooLargeError(f"{name}: {size} bytes exceed segment.bytes={config.segment_bytes}")

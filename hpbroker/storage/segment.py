@@ -17,7 +17,6 @@ everything that is derived (indexes, next offset, largest timestamp) from the
 ``.log`` alone and cuts it after the last valid batch.
 """
 
-import dataclasses
 import mmap
 import os
 from dataclasses import dataclass
@@ -70,6 +69,11 @@ class _TailState:
     bytes_since_index_entry: int = 0
     first_batch_timestamp: int = -1  # Kafka's "rolling based timestamp"
 
+    def copy(self) -> "_TailState":
+        # spelled out: an append makes one, and dataclasses.replace walks the fields' metadata
+        return _TailState(self.size, self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+                          self.bytes_since_index_entry, self.first_batch_timestamp)
+
 
 class LogSegment:
     def __init__(
@@ -96,7 +100,7 @@ class LogSegment:
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
         self._state = _TailState(size=os.fstat(self.fd).st_size, next_offset=base_offset)
-        self._staged = dataclasses.replace(self._state)
+        self._staged = self._state.copy()
         self._pending: list = []
         self._pending_offset_entries: list[tuple[int, int]] = []
         self._pending_time_entries: list[tuple[int, int]] = []
@@ -163,6 +167,9 @@ class LogSegment:
         if s.size == 0 and s.first_batch_timestamp < 0:
             s.first_batch_timestamp = int(max_timestamps[0])
         last_time = self._pending_time_entries[-1][0] if self._pending_time_entries else self.time_index.max_timestamp()
+        if len(positions) == 1:  # a produce request's usual batch: the kernel's rule in scalars, without its setup
+            self._plan_one(int(positions[0]), int(sizes[0]), int(last_offsets[0]), int(max_timestamps[0]), last_time)
+            return
         plan = plan_index_entries(
             positions,
             sizes,
@@ -180,6 +187,19 @@ class LogSegment:
         s.max_timestamp = plan.max_timestamp
         s.offset_of_max_timestamp = plan.offset_of_max_timestamp
         s.bytes_since_index_entry = plan.bytes_since_last_entry
+
+    def _plan_one(self, position: int, size: int, last_offset: int, max_timestamp: int, last_time: int) -> None:
+        """``plan_index_entries`` for one batch (``kernels/index_plan.py`` states the rule)."""
+        s = self._staged
+        if max_timestamp > s.max_timestamp:
+            s.max_timestamp, s.offset_of_max_timestamp = max_timestamp, last_offset
+        if s.bytes_since_index_entry > self.index_interval_bytes:
+            self._pending_offset_entries.append((last_offset, position))
+            if s.max_timestamp > last_time:
+                self._pending_time_entries.append((s.max_timestamp, s.offset_of_max_timestamp))
+            s.bytes_since_index_entry = 0
+        s.bytes_since_index_entry += size
+        s.next_offset = last_offset + 1
 
     def write(self) -> None:
         """Write what is staged to the file, then publish it.  On an OSError the
@@ -200,14 +220,14 @@ class LogSegment:
         for timestamp, offset in self._pending_time_entries:
             self.time_index.maybe_append(timestamp, offset)
         self._clear_pending()
-        self._state = dataclasses.replace(self._staged)
+        self._state = self._staged.copy()
 
     def _discard_staged(self) -> None:
         os.ftruncate(self.fd, self._state.size)
         self.offset_index.truncate_to(self._state.next_offset)
         self.time_index.truncate_to(self._state.next_offset)
         self._clear_pending()
-        self._staged = dataclasses.replace(self._state)
+        self._staged = self._state.copy()
 
     def _clear_pending(self) -> None:
         self._pending.clear()
@@ -370,7 +390,7 @@ class LogSegment:
 
     def _set_state(self, state: _TailState) -> None:
         self._state = state
-        self._staged = dataclasses.replace(state)
+        self._staged = state.copy()
 
     # --- lifecycle ---------------------------------------------------------
     def paths(self) -> list[str]:
