@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
 from typing import NamedTuple
 
 from hpbroker.server.ownership import partition_owner
@@ -90,6 +91,9 @@ class TableWriter:
         self._places: dict[tuple[str, int], int] = {}  # published -> byte offset of its entry
         self._taken: set[int] = set()
         self._keys: dict[str, tuple[int, int]] = {}
+        # one writer per entry is what the seqlock needs: the worker's loop, and any
+        # thread of it that moves a log's offsets, take turns
+        self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Empty the whole region (a worker starting, maybe after a crash mid-write)."""
@@ -135,10 +139,11 @@ class TableWriter:
 
     def _write(self, offset: int, *body: int) -> None:
         memory = self.memory
-        seq = _SEQ.unpack_from(memory, offset)[0] | 1
-        _SEQ.pack_into(memory, offset, seq)  # odd: being written
-        _BODY.pack_into(memory, offset + 8, *body)
-        _SEQ.pack_into(memory, offset, seq + 1)
+        with self._lock:
+            seq = _SEQ.unpack_from(memory, offset)[0] | 1
+            _SEQ.pack_into(memory, offset, seq)  # odd: being written
+            _BODY.pack_into(memory, offset + 8, *body)
+            _SEQ.pack_into(memory, offset, seq + 1)
 
 
 class TableReader:
