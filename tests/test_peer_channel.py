@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hpbroker.errors import ErrorCode
-from hpbroker.workers import owner_calls
+from hpbroker.workers import owner_calls, peers
 from hpbroker.workers.owner_calls import (
     Append,
     AppendResult,
@@ -189,6 +189,52 @@ def test_frames_that_are_no_owner_call_are_refused_and_the_channel_serves_on(cap
     with caplog.at_level(logging.ERROR, logger="hpbroker.workers.peers"):
         run(scenario())
     assert sum(r.getMessage().startswith("peer call refused") for r in caplog.records) == 4
+
+
+def test_frames_split_anywhere_and_run_together_are_each_answered():
+    """Calls written a byte at a time, and several in one write, are answered
+    each once, as their frames complete."""
+    async def scenario():
+        tag = unique_tag()
+        server, _ = await serving(tag)
+        reader, writer = await asyncio.open_unix_connection(socket_name(tag, 0))
+        try:
+            frames = b"".join(struct.pack(">I", len(body)) + body
+                              for body in (owner_calls.encode(i, ListOffset("t", 0, i)) for i in range(5)))
+            first, rest = frames[:len(frames) // 2], frames[len(frames) // 2:]
+            for i in range(len(first)):
+                writer.write(first[i:i + 1])
+                await writer.drain()
+            writer.write(rest)
+            answers = {}
+            for _ in range(5):
+                size = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), TIMEOUT_S))[0]
+                call_id, result = owner_calls.decode_result(await reader.readexactly(size))
+                answers[call_id] = result
+            assert answers == {i: ListedOffset(ErrorCode.none, offset=i) for i in range(5)}
+        finally:
+            writer.close()
+            server.close()
+    run(scenario())
+
+
+def test_a_length_beyond_the_limit_closes_that_channel_only(caplog):
+    async def scenario():
+        tag = unique_tag()
+        server, _ = await serving(tag)
+        reader, writer = await asyncio.open_unix_connection(socket_name(tag, 0))
+        client = PeerClient(tag)
+        try:
+            writer.write(struct.pack(">I", peers.MAX_FRAME_BYTES + 1))
+            assert await asyncio.wait_for(reader.read(), TIMEOUT_S) == b""  # closed by the server
+            assert await client.call(0, ListOffset("t", 0, 9)) == ListedOffset(ErrorCode.none, offset=9)
+        finally:
+            writer.close()
+            client.close()
+            server.close()
+    with caplog.at_level(logging.ERROR, logger="hpbroker.workers.peers"):
+        run(scenario())
+    assert any("peer channel closed" in r.getMessage() for r in caplog.records)
 
 
 def test_a_call_to_a_worker_that_is_not_listening_is_unavailable_and_owners_say_retriable():

@@ -44,6 +44,7 @@ def socket_name(broker_tag: str, worker: int) -> str:
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:
     size = _LENGTH.unpack(await reader.readexactly(4))[0]
     if size > MAX_FRAME_BYTES:
+        log.error("peer channel closed: a frame of %d bytes", size)
         raise ConnectionError(f"a peer frame of {size} bytes")
     return await reader.readexactly(size)
 
