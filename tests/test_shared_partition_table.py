@@ -8,6 +8,7 @@ import struct
 import pytest
 
 from hpbroker.server.ownership import partition_owner
+from hpbroker.shared import partition_table
 from hpbroker.shared.partition_table import (
     LEADER,
     MAX_PROBES,
@@ -152,3 +153,18 @@ def test_gone_entries_are_reused_by_the_writer():
     assert reader.read("reuse", partitions[0]) is None
     found = reader.read("reuse", partitions[8])
     assert found is not None and found.leader_epoch == 2
+
+
+def test_a_reader_past_its_cache_limit_forgets_and_still_finds(monkeypatch):
+    """Topic names churn for months: what a reader remembers is bounded."""
+    monkeypatch.setattr(partition_table, "_CACHED_MAX", 4)
+    table = PartitionTable(WORKERS, slots=64)
+    writer, reader = table.writer(0), table.reader()
+    topics = [f"churn-{i}" for i in range(10)]
+    for topic in topics:
+        (partition,) = _owned(topic, 0, 1)
+        assert _publish(writer, topic, partition, 1)
+        assert reader.read(topic, partition) is not None
+        assert len(reader._keys) <= 4
+    for topic in topics:
+        assert reader.read(topic, _owned(topic, 0, 1)[0]) is not None

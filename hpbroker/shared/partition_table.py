@@ -29,6 +29,7 @@ from hpbroker.server.ownership import partition_owner
 from hpbroker.shared.region import anonymous
 
 MAX_PROBES = 32
+_CACHED_MAX = 1 << 16  # names and places remembered per process; forgotten all at once past it (topic churn)
 
 # the state of an entry (word 4)
 EMPTY = 0  # never used: a reader's probe ends here
@@ -112,6 +113,8 @@ class TableWriter:
         offset = self._places.get((topic, partition))
         key = self._keys.get(topic)
         if key is None:
+            if len(self._keys) >= _CACHED_MAX:
+                self._keys.clear()
             key = self._keys[topic] = topic_key(topic)
         if offset is None:
             offset = self._claim(key, partition)
@@ -161,6 +164,9 @@ class TableReader:
         """The partition's published offsets, or None (not published, or being rewritten: ask the owner)."""
         key = self._keys.get(topic)
         if key is None:
+            if len(self._keys) >= _CACHED_MAX or len(self._places) >= _CACHED_MAX:
+                self._keys.clear()
+                self._places.clear()
             key = self._keys[topic] = topic_key(topic)
         known = self._places.get((topic, partition))
         if known is not None:
