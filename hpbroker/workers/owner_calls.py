@@ -38,6 +38,7 @@ class AppendResult(msgspec.Struct, **_STRUCT):
     log_start_offset: int = -1
     message: str | None = None
     end_offset: int = -1  # one past the batch's last offset: what acks=all waits for
+    replicated: bool = False  # the high watermark was past it already: acks=all has nothing to wait for
 
 
 class LocateResult(msgspec.Struct, **_STRUCT):

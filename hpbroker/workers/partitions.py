@@ -28,6 +28,8 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+import msgspec.structs
+
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.storage import LogManager, filenames
@@ -168,6 +170,8 @@ class Partitions:
             # long polls on it (standalone: consumers; in a cluster: followers); the log
             # published its new end itself
             self.purgatory.poke(found.key)
+            if call.acks == -1 and found.log.high_watermark >= result.end_offset:  # the only replica, say
+                result = msgspec.structs.replace(result, replicated=True)
         return result
 
     def locate(self, call: Locate):

@@ -7,7 +7,6 @@ import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import produce_response
-from hpbroker.shared.partition_table import STANDALONE
 from hpbroker.workers.context import CloseConnection
 from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
@@ -29,20 +28,13 @@ async def _append_all(ctx, work, acks: int) -> list:
     return results
 
 
-def _replicated_already(ctx, topic: str, partition: int, end_offset: int) -> bool:
-    """The partition's own published high watermark is past the batch: no wait to
-    ask for (a standalone partition's, always: it is its only replica)."""
-    table = ctx.partition_offsets
-    offsets = table.read(topic, partition) if table is not None else None
-    return offsets is not None and offsets.role == STANDALONE and offsets.high_watermark >= end_offset
-
-
 async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
     """acks=all: each appended batch is answered once the high watermark passed
-    it (one wait per owning worker); a failure replaces its success."""
+    it (one wait per owning worker, for those the owner did not find replicated
+    already); a failure replaces its success."""
     by_owner: dict[int, list[int]] = {}
     for i, ((topic, partition, _), result) in enumerate(zip(work, results)):
-        if result.error == ErrorCode.none and not _replicated_already(ctx, topic, partition, result.end_offset):
+        if result.error == ErrorCode.none and not result.replicated:
             by_owner.setdefault(ctx.owners.partition_owner(topic, partition), []).append(i)
 
     async def one(owner: int, indexes: list[int]) -> None:
