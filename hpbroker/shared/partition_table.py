@@ -25,6 +25,8 @@ import struct
 import threading
 from typing import NamedTuple
 
+import numpy as np
+
 from hpbroker.server.ownership import partition_owner
 from hpbroker.shared.region import anonymous
 
@@ -43,6 +45,7 @@ _BODY = struct.Struct("<10q")
 _SEQ = struct.Struct("<q")
 _KEY = struct.Struct("<qq")
 _ENTRY_SIZE = _ENTRY.size
+_WORDS = _ENTRY_SIZE // 8
 
 
 class PartitionOffsets(NamedTuple):
@@ -97,8 +100,14 @@ class TableWriter:
         self._lock = threading.Lock()
 
     def reset(self) -> None:
-        """Empty the whole region (a worker starting, maybe after a crash mid-write)."""
-        for slot in range(self.mask + 1):
+        """Empty the whole region (a worker starting, maybe after a crash mid-write).
+        Only entries ever written are touched (a counter of zero: never), so a
+        fresh region's pages stay unallocated and the start costs no loop over it."""
+        slots = self.mask + 1
+        seqs = np.frombuffer(self.memory, "<i8", count=slots * _WORDS, offset=self.base * _ENTRY_SIZE)[::_WORDS]
+        written = np.flatnonzero(seqs).tolist()
+        del seqs  # the view pins the mapping
+        for slot in written:
             offset = (self.base + slot) * _ENTRY_SIZE
             seq = _SEQ.unpack_from(self.memory, offset)[0]
             _SEQ.pack_into(self.memory, offset, seq | 1)
