@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from hpbroker.errors import ErrorCode
+from hpbroker.shared.payload_arena import PayloadArena
 from hpbroker.workers import owner_calls, peers
 from hpbroker.workers.owner_calls import (
     Append,
@@ -279,6 +280,72 @@ def test_calls_for_many_partitions_go_as_one_batch_per_owner():
             client.close()
             for server in servers:
                 server.close()
+    run(scenario())
+
+
+def test_append_payloads_travel_by_reference_and_their_slots_free_only_on_the_answer():
+    async def scenario():
+        tag = unique_tag()
+        arena = PayloadArena(2, 64 + (1 << 16))
+        seen: list[tuple[type, bytes, object]] = []
+        entered, gate = asyncio.Event(), asyncio.Event()
+
+        async def append(call: Append) -> AppendResult:
+            seen.append((type(call.records), bytes(call.records), call.payload))
+            entered.set()
+            await gate.wait()
+            return AppendResult(ErrorCode.none, base_offset=len(call.records))
+
+        async def batch(call: owner_calls.Batch) -> owner_calls.Batched:
+            return owner_calls.Batched([await append(c) for c in call.calls if isinstance(c, Append)])
+
+        server = PeerServer(tag, 1, LocalOwner({Append: append, owner_calls.Batch: batch}), arena.receiver())
+        await server.start()
+        sender = arena.sender(0)
+        client = PeerClient(tag, sender)
+        try:
+            cancelled = asyncio.ensure_future(client.call(1, Append("t", 0, b"r" * 500)))
+            await asyncio.wait_for(entered.wait(), TIMEOUT_S)
+            # the owner got a private, stamp-able copy; the frame carried only the reference
+            assert seen == [(bytearray, b"r" * 500, None)]
+            assert sender.live == 1
+            cancelled.cancel()  # the caller gave up; the owner may still be reading
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            assert sender.live == 1, "a slot is freed by its answer, not by its caller leaving"
+            gate.set()
+            batch_answer = await asyncio.wait_for(
+                client.call(1, owner_calls.Batch([Append("t", 1, b"a" * 100), Append("t", 2, b"b" * 20000)])),
+                TIMEOUT_S)
+            assert [r.base_offset for r in batch_answer.results] == [100, 20000]
+            # the second is above a quarter of the region: inline, as bytes
+            assert seen[1:] == [(bytearray, b"a" * 100, None), (bytes, b"b" * 20000, None)]
+            assert sender.live == 0
+        finally:
+            client.close()
+            server.close()
+    run(scenario())
+
+
+def test_a_reference_the_arena_refuses_is_answered_failed_and_the_channel_serves_on():
+    async def scenario():
+        tag = unique_tag()
+        arena = PayloadArena(1, 64 + 4096)
+        server = PeerServer(tag, 0, LocalOwner(Target().handlers()), arena.receiver())
+        await server.start()
+        stale = arena.sender(0).put(b"gone")
+        assert stale is not None
+        arena.sender(0)  # its sender restarted
+        client = PeerClient(tag)  # sends the reference as given
+        try:
+            refused = await asyncio.wait_for(client.call(0, Append("t", 0, b"", payload=stale)), TIMEOUT_S)
+            assert isinstance(refused, Failed) and refused.error == ErrorCode.unknown_server_error
+            assert "rewritten" in refused.message
+            fine = await asyncio.wait_for(client.call(0, Append("t", 0, b"abcd")), TIMEOUT_S)
+            assert fine == AppendResult(ErrorCode.none, base_offset=4)
+        finally:
+            client.close()
+            server.close()
     run(scenario())
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hpbroker.shared.counters import WriterCounters
 from hpbroker.shared.partition_table import PartitionTable
+from hpbroker.shared.payload_arena import PayloadArena
 
 PARTITION_SLOTS = 8192  # per worker: 8192 entries of 88 bytes, 704 KiB, touched only as used
 
@@ -15,7 +16,8 @@ PARTITION_SLOTS = 8192  # per worker: 8192 entries of 88 bytes, 704 KiB, touched
 class BrokerMemory:
     partitions: PartitionTable
     topic_changes: WriterCounters  # one slot per worker: bumped after it changed the topics on disk
+    payloads: PayloadArena  # records on their way to the worker owning their partition
 
     @classmethod
     def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS) -> BrokerMemory:
-        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers))
+        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers), PayloadArena(workers))

@@ -31,6 +31,7 @@ _requests: dict[str, int] = {}
 _bytes_in: dict[str, int] = {}
 _records_in: dict[str, int] = {}
 _bytes_out: dict[str, int] = {}
+_peer_payloads: dict[str, int] = {}  # "arena" or "inline" -> bytes sent to other workers that way
 
 
 def install() -> None:
@@ -64,10 +65,15 @@ def fetched(topic: str, size: int) -> None:
     _bytes_out[topic] = _bytes_out.get(topic, 0) + size
 
 
+def peer_payload(path: str, size: int) -> None:
+    _peer_payloads[path] = _peer_payloads.get(path, 0) + size
+
+
 def flush() -> None:
     """Write what was counted since the last flush to the metric files."""
     for counts, counter in ((_requests, metrics.REQUESTS), (_bytes_in, metrics.BYTES_IN),
-                            (_records_in, metrics.RECORDS_IN), (_bytes_out, metrics.BYTES_OUT)):
+                            (_records_in, metrics.RECORDS_IN), (_bytes_out, metrics.BYTES_OUT),
+                            (_peer_payloads, metrics.PEER_PAYLOAD_BYTES)):
         pending = list(counts.items())
         counts.clear()
         for label, amount in pending:

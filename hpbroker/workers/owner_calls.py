@@ -25,6 +25,7 @@ from typing import ClassVar, Union
 import msgspec
 
 from hpbroker.errors import ErrorCode
+from hpbroker.shared.payload_arena import ArenaRef
 
 _STRUCT = dict(tag=True, array_like=True, frozen=True)
 
@@ -217,11 +218,14 @@ class _Call(msgspec.Struct, **_STRUCT):
 
 # --- calls about a partition ----------------------------------------------------------------
 class Append(_Call):
-    """Produce to one partition (the owner checks leadership, and min.insync.replicas for acks=all)."""
+    """Produce to one partition (the owner checks leadership, and min.insync.replicas for acks=all).
+    Between workers the records usually travel in the payload arena: ``records``
+    is then empty and ``payload`` says where they are (``peers.py``)."""
     topic: str
     partition: int
     records: bytes
     acks: int = 1
+    payload: ArenaRef | None = None
     result: ClassVar = AppendResult
 
 

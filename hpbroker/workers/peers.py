@@ -5,6 +5,11 @@ Every worker listens on an abstract-namespace Unix socket named after the
 broker (the acceptor's pid) and its index; peers connect lazily and reconnect
 after a restart.  A frame is a 4-byte length and one message of
 ``owner_calls``' codec: ``(call id, call)`` one way, ``(call id, result)`` back.
+An ``Append``'s records do not travel in the frame: the sender puts them in
+its region of the payload arena (``shared/payload_arena.py``) and sends the
+reference; the owner copies them out as it decodes the frame, and the sender
+frees the slot when the answer comes back (or the channel closes: the owner
+is gone).  A payload that finds no slot goes inline, as before.
 Only the declared call types decode; anything else is answered ``Failed``
 when its call id can be read, logged and dropped otherwise, and never ends
 the channel.  Calls are answered concurrently and may complete out of order,
@@ -21,10 +26,12 @@ import itertools
 import logging
 import socket
 import struct
+from typing import cast
 
 from hpbroker.errors import ErrorCode
-from hpbroker.workers import owner_calls
-from hpbroker.workers.owner_calls import ChannelError, Failed, OwnerError
+from hpbroker.shared.payload_arena import ArenaReceiver, ArenaRef, ArenaSender, RefusedPayload
+from hpbroker.workers import observe, owner_calls
+from hpbroker.workers.owner_calls import Append, Batch, ChannelError, Failed, OwnerError
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +60,50 @@ def _frame(body: bytes) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
+def _by_reference(call, arena: ArenaSender, refs: list[ArenaRef]):
+    """``call`` with its records moved into the arena where they fit; the slots taken go to ``refs``."""
+    if isinstance(call, Append):
+        return _append_by_reference(call, arena, refs)
+    if isinstance(call, Batch) and any(isinstance(c, Append) for c in call.calls):
+        return Batch([_append_by_reference(c, arena, refs) if isinstance(c, Append) else c for c in call.calls])
+    return call
+
+
+def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef]) -> Append:
+    size = len(call.records)
+    ref = arena.put(call.records) if size else None
+    if ref is None:
+        observe.peer_payload("inline", size)
+        return call
+    observe.peer_payload("arena", size)
+    refs.append(ref)
+    return Append(call.topic, call.partition, b"", call.acks, ref)
+
+
+def _by_value(call, arena: ArenaReceiver):
+    """``call`` with the records its references name copied out of the arena (RefusedPayload)."""
+    if isinstance(call, Append):
+        return _append_by_value(call, arena)
+    if isinstance(call, Batch) and any(isinstance(c, Append) and c.payload is not None for c in call.calls):
+        return Batch([_append_by_value(c, arena) if isinstance(c, Append) else c for c in call.calls])
+    return call
+
+
+def _append_by_value(call: Append, arena: ArenaReceiver) -> Append:
+    if call.payload is None:
+        return call
+    # a private bytearray: Log.append stamps it in place instead of copying it again
+    return Append(call.topic, call.partition, cast(bytes, arena.take(call.payload)), call.acks)
+
+
 class PeerServer:
     """Answers the other workers' calls with this worker's ``LocalOwner``: the
     same code, and the same failures, as this worker's own handlers get."""
 
-    def __init__(self, broker_tag: str, index: int, local):
+    def __init__(self, broker_tag: str, index: int, local, arena: ArenaReceiver | None = None):
         self.name = socket_name(broker_tag, index)
         self.local = local  # owners.LocalOwner
+        self.arena = arena
         self._server = None
 
     async def start(self) -> None:
@@ -73,10 +117,16 @@ class PeerServer:
                 frame = await _read_frame(reader)
                 try:
                     call_id, call = owner_calls.decode_call(frame)
+                    if self.arena is not None:
+                        call = _by_value(call, self.arena)  # now, while the sender holds the slots
                 except ChannelError as exc:
                     log.error("peer call refused: %s", exc)
                     if exc.call_id is not None:
                         self._reply(writer, exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
+                    continue
+                except RefusedPayload as exc:  # its sender restarted since: nobody waits for this answer
+                    log.error("peer call refused: %s", exc)
+                    self._reply(writer, call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
                     continue
                 asyncio.get_running_loop().create_task(self._answer(writer, call_id, call))
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
@@ -104,9 +154,11 @@ class PeerServer:
 
 
 class _Connection:
-    def __init__(self, reader, writer):
+    def __init__(self, reader, writer, arena: ArenaSender | None):
         self.reader, self.writer = reader, writer
+        self.arena = arena
         self.pending: dict[int, asyncio.Future] = {}
+        self.slots: dict[int, list[ArenaRef]] = {}  # call id -> the arena slots its owner may still read
         self.task = asyncio.get_running_loop().create_task(self._read_replies())
 
     async def _read_replies(self) -> None:
@@ -120,6 +172,7 @@ class _Connection:
                     if exc.call_id is None:
                         continue
                     call_id, result = exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc))
+                self.release(call_id)  # answered: the owner copied its payloads long ago
                 future = self.pending.pop(call_id, None)
                 if future is not None and not future.done():
                     future.set_result(result)
@@ -128,19 +181,28 @@ class _Connection:
         finally:
             self.fail_all()
 
+    def release(self, call_id: int) -> None:
+        refs = self.slots.pop(call_id, None)
+        if refs is not None and self.arena is not None:
+            for ref in refs:
+                self.arena.release(ref)
+
     def fail_all(self) -> None:
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(PeerUnavailable("peer closed the channel"))
         self.pending.clear()
+        for call_id in list(self.slots):  # the owner is gone: nothing reads them any more
+            self.release(call_id)
         self.writer.close()
 
 
 class PeerClient:
     """Sends owner calls to the other workers."""
 
-    def __init__(self, broker_tag: str):
+    def __init__(self, broker_tag: str, arena: ArenaSender | None = None):
         self.broker_tag = broker_tag
+        self.arena = arena
         self._connections: dict[int, _Connection] = {}
         self._connecting: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
@@ -165,7 +227,7 @@ class PeerClient:
                 asyncio.open_unix_connection(socket_name(self.broker_tag, worker)), _CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             raise PeerUnavailable(f"worker {worker} is not reachable: {exc}") from None
-        conn = _Connection(reader, writer)
+        conn = _Connection(reader, writer, self.arena)
         self._connections[worker] = conn
         return conn
 
@@ -176,10 +238,18 @@ class PeerClient:
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         conn.pending[call_id] = future
+        refs: list[ArenaRef] = []
+        if self.arena is not None:
+            call = _by_reference(call, self.arena, refs)
+        if refs:
+            # freed when the answer comes (or the channel closes), not when this
+            # coroutine ends: a cancelled caller must not free what the owner still reads
+            conn.slots[call_id] = refs
         try:
             conn.writer.write(_frame(owner_calls.encode(call_id, call)))
         except (ConnectionError, RuntimeError) as exc:
             conn.pending.pop(call_id, None)
+            conn.release(call_id)
             raise PeerUnavailable(str(exc)) from None
         return await future
 

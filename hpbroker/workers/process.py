@@ -161,8 +161,8 @@ class Worker:
         self.stopping = asyncio.Event()
         for sig in (signal.SIGTERM,):
             loop.add_signal_handler(sig, self.stopping.set)
-        self.peers = PeerClient(self.broker_tag)
-        self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner)
+        self.peers = PeerClient(self.broker_tag, self.memory.payloads.sender(self.index))
+        self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.memory.payloads.receiver())
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)

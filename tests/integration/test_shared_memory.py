@@ -1,17 +1,21 @@
 """The broker's shared memory as operators meet it: a worker SIGKILLed while
 its partitions move, the whole broker SIGKILLed, and clients reading offsets
 all along (ListOffsets' earliest and latest come from the shared partition
-table, answered by whichever worker holds the connection)."""
+table, answered by whichever worker holds the connection); records produced
+to another worker's partitions, which travel through the payload arena."""
 
+import hashlib
 import os
 import tempfile
 import threading
 
 import confluent_kafka as ck
 
+from harness.broker import free_port
 from harness.waiting import wait_for
 from hpbroker.server.ownership import partition_owner
-from tests.integration.clients import topic_name
+from tests.integration.clients import ck_consume, ck_produce, kp_consume, kp_produce, topic_name
+from tests.integration.test_metrics import scrape_when, value
 
 PARTITIONS = 4
 
@@ -121,3 +125,35 @@ def test_a_broker_killed_whole_leaves_no_shared_memory_and_its_samples_are_swept
     finally:
         consumer.close()
     assert (low, high) == (0, 1)
+
+
+def _value(i: int) -> bytes:
+    """Sizes from 1 byte to 200 KB, each checkable on its own."""
+    body = hashlib.sha256(b"%d" % i).digest() * (1 + (i * 7919) % 6250)
+    return body[:1 + (i * 104729) % len(body)]
+
+
+def test_records_for_another_workers_partitions_arrive_whole_through_the_arena(broker_factory):
+    """Both clients, compressed and not: every value read back as sent; the
+    bytes moved between workers went by reference, none inline."""
+    port = free_port()
+    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}"},
+                            num_workers=2)
+    topic = topic_name("shm-arena")
+    sent = {i: _value(i) for i in range(400)}
+    records = [{"key": b"%d" % i, "value": v, "partition": i % PARTITIONS} for i, v in sent.items()]
+    lz4: dict = {"compression.type": "lz4"}
+    ck_produce(broker.bootstrap, topic, records[:200], **lz4)
+    kp_produce(broker.bootstrap, topic, records[200:], compression_type="gzip")
+    got = ck_consume(broker.bootstrap, topic, range(PARTITIONS), len(sent), timeout=60)
+    assert sorted((int(r.key or b"-1"), r.value) for r in got) == sorted(sent.items())
+    again = kp_consume(broker.bootstrap, topic, range(PARTITIONS), len(sent), timeout=60)
+    assert sorted((int(r.key or b"-1"), r.value) for r in again) == sorted(sent.items())
+    assert len({(r.partition, r.offset) for r in got}) == len(sent)
+    owners = {partition_owner(topic, p, 2) for p in range(PARTITIONS)}
+    assert owners == {0, 1}, "some partitions are owned by the worker not holding a connection"
+
+    def moved(samples: dict) -> bool:
+        return value(samples, "hpbroker_peer_payload_bytes_total", path="arena") > 0
+    samples = wait_for(lambda: scrape_when(port, moved), timeout=30, what="arena bytes counted")
+    assert value(samples, "hpbroker_peer_payload_bytes_total", path="inline") == 0
