@@ -1,7 +1,8 @@
 """KafkaConnection (``hpbroker/workers/connection.py``) reading frames off a
 real TCP socket: requests split over many reads, pipelined requests answered
-in order, and the frames it refuses (too large, negative, empty, a truncated
-header) closing the connection with one log line; end of file mid-frame.
+in order (owed answers too, while later requests are handled), and the
+frames it refuses (too large, negative, empty, a truncated header) closing
+the connection with one log line; end of file mid-frame.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
@@ -15,9 +16,11 @@ import struct
 
 import pytest
 
+from hpbroker.errors import ErrorCode
 from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
 from hpbroker.workers.connection import KafkaConnection
+from hpbroker.workers.context import Later
 
 TIMEOUT_S = 5
 LIMIT = 1000  # socket.request.max.bytes of these connections
@@ -50,25 +53,47 @@ class Context:
 
 class Handler:
     """ApiVersions answered with ``correlation id + b"ok"``; a test may hold a
-    correlation id's answer back with a gate."""
+    correlation id's answer back with a gate.  A correlation id in ``owed`` is
+    handled at once and its answer owed (``Later``, as an acks=all produce's),
+    made when its gate opens; one in ``failing`` fails there."""
 
     def __init__(self):
         self.handled: list[int] = []
         self.gates: dict[int, asyncio.Event] = {}
+        self.owed: set[int] = set()
+        self.failing: set[int] = set()
         self.busy = 0  # requests inside the handler at once: the connection serves one at a time
         self.most_busy = 0
+        self.moved = asyncio.Event()  # set whenever ``handled`` grows
+
+    async def have_handled(self, expected: list[int]) -> None:
+        while self.handled != expected:
+            self.moved.clear()
+            await asyncio.wait_for(self.moved.wait(), TIMEOUT_S)
 
     async def __call__(self, ctx, header, request):
         self.busy += 1
         self.most_busy = max(self.most_busy, self.busy)
         try:
-            gate = self.gates.get(header.correlation_id)
+            cid = header.correlation_id
+            if cid in self.owed:
+                self.handled.append(cid)
+                self.moved.set()
+                return Later(self._rest(cid))
+            gate = self.gates.get(cid)
             if gate is not None:
                 await gate.wait()
-            self.handled.append(header.correlation_id)
-            return [frame(struct.pack(">i", header.correlation_id) + b"ok")]
+            self.handled.append(cid)
+            self.moved.set()
+            return [frame(struct.pack(">i", cid) + b"ok")]
         finally:
             self.busy -= 1
+
+    async def _rest(self, cid: int) -> list[bytes]:
+        await self.gates.setdefault(cid, asyncio.Event()).wait()
+        if cid in self.failing:
+            raise RuntimeError("the wait failed")
+        return [frame(struct.pack(">i", cid) + b"ok")]
 
 
 def request(correlation_id: int, client_id: bytes = b"test") -> bytes:
@@ -231,4 +256,57 @@ def test_end_of_file_mid_frame_answers_what_was_whole_and_closes():
         await asyncio.wait_for(s.connection.task, TIMEOUT_S)
         assert s.handler.handled == [1] and not s.connection.dropped
         assert s.connection.splitter.buffered == len(second) // 2  # the half frame is never a request
+    run(scenario)
+
+
+def test_owed_answers_let_later_requests_be_handled_and_still_go_out_in_request_order():
+    async def scenario(s):
+        s.handler.owed = {1, 3}
+        await s.send(request(1) + request(2) + request(3) + request(4))
+        await s.ctx.received(4 * len(request(0)))
+        await s.handler.have_handled([1, 2, 3, 4])  # all handled, none answered yet
+        assert s.ctx.bytes_out == 0
+        s.handler.gates[3].set()
+        third = s.connection.owed[2]  # owed: 1 (being made), 2 (made), 3 (being made), 4 (made)
+        await asyncio.wait_for(asyncio.shield(third), TIMEOUT_S)
+        assert s.ctx.bytes_out == 0, "3 is made, but 1 is owed before it"
+        s.handler.gates[1].set()
+        assert await s.read(4 * len(answer(0))) == answer(1) + answer(2) + answer(3) + answer(4)
+        assert s.handler.most_busy == 1  # handled one at a time all the same
+        await s.send(request(5))  # nothing owed: answered directly again
+        assert await s.read(len(answer(5))) == answer(5)
+        assert not s.connection.owed and s.connection.sender is None
+    run(scenario)
+
+
+def test_an_owed_answer_that_fails_is_answered_with_an_error_and_the_rest_follow(caplog):
+    async def scenario(s):
+        s.handler.owed = s.handler.failing = {1}
+        s.handler.gates[1] = asyncio.Event()
+        await s.send(request(1) + request(2))
+        await s.handler.have_handled([1, 2])
+        s.handler.gates[1].set()
+        size = struct.unpack(">i", await s.read(4))[0]
+        error_answer = await s.read(size)
+        # ApiVersions v0: the correlation id, then UNKNOWN_SERVER_ERROR
+        assert struct.unpack(">ih", error_answer[:6]) == (1, ErrorCode.unknown_server_error)
+        assert await s.read(len(answer(2))) == answer(2)
+    with caplog.at_level(logging.ERROR, logger="hpbroker.workers.connection"):
+        run(scenario)
+    assert any("request from 127.0.0.1:" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_draining_connection_sends_what_it_owes_before_it_is_done():
+    async def scenario(s):
+        s.handler.owed = {1, 2}
+        await s.send(request(1) + request(2))
+        await s.handler.have_handled([1, 2])
+        s.connection.drain()  # the worker is stopping
+        await asyncio.sleep(0)
+        assert not s.connection.task.done(), "the serving task waits for what it owes"
+        s.handler.gates[2].set()
+        s.handler.gates[1].set()
+        assert await s.read(2 * len(answer(0))) == answer(1) + answer(2)
+        await asyncio.wait_for(s.connection.task, TIMEOUT_S)
+        s.connection.close()  # as the worker does once its connections' tasks are done
     run(scenario)

@@ -1,5 +1,9 @@
 """One client connection: frames in, requests handled one at a time in order
-(as Kafka does, so responses keep the request order), responses out.
+(as Kafka does, so responses keep the request order), responses out.  One
+exception to "one at a time": a request whose answer is owed (``Later``: an
+acks=all produce, appended, waiting for its replicas) lets the next request
+be handled; its answer, and every one after it, is then sent by the owed
+answers' sender in request order.
 
 Bad input costs only this connection: an oversized frame, an unknown API key,
 an unsupported version (except ApiVersions, which gets Kafka's error-35
@@ -9,6 +13,7 @@ answered with Kafka's error code, as Kafka does.
 """
 
 import asyncio
+import collections
 import logging
 import os
 import time
@@ -28,12 +33,13 @@ from hpbroker.protocol import (
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
 from hpbroker.workers import observe
-from hpbroker.workers.context import CLIENT_HOST, CloseConnection
+from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
+_MAX_OWED = 64  # answers owed at once before handling waits for the oldest
 
 
 class _RegionFile:
@@ -57,6 +63,11 @@ def _close_regions(pieces) -> None:
             os.close(piece.fd)
 
 
+def _close_made_regions(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is None:
+        _close_regions(task.result())
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx, routes, on_close):
         self.ctx = ctx
@@ -75,6 +86,12 @@ class KafkaConnection(asyncio.Protocol):
         self.draining = False  # the worker is stopping: reading stays paused
         self.writable = asyncio.Event()
         self.writable.set()
+        # answers not yet sent, in request order, while any is owed: pieces, or the
+        # task making them; written by the sender task only, which ends when it is empty
+        self.owed: collections.deque = collections.deque()
+        self.sender: asyncio.Task | None = None
+        self.owed_room = asyncio.Event()
+        self.owed_room.set()
 
     # --- asyncio.Protocol -----------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -139,39 +156,90 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _serve(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
-        while True:
-            frame = await self.queue.get()
-            # Requests already received are handled even if the client has gone
-            # (an acks=0 produce still appends); a dropped connection stops here.
-            if frame is None or self.dropped:
-                return
-            if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
-                self.paused = False
-                self.transport.resume_reading()
-            pieces = None
-            try:
+        try:
+            while True:
+                frame = await self.queue.get()
+                # Requests already received are handled even if the client has gone
+                # (an acks=0 produce still appends); a dropped connection stops here.
+                if frame is None or self.dropped:
+                    return
+                if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
+                    self.paused = False
+                    self.transport.resume_reading()
                 try:
-                    pieces = await self._handle(frame)
+                    answer = await self._handle(frame)
                 except Exception as exc:
-                    pieces = self._answer_failure(exc)
-                    if pieces is None:
+                    answer = self._answer_failure(exc, self.current, self.current_request)
+                    if answer is None:
                         return
-                if pieces and not self.transport.is_closing():
-                    await self._write(pieces)
-            except (ConnectionError, OSError) as exc:
-                self._drop(f"write failed: {exc}")
-                return
-            finally:
-                _close_regions(pieces)
+                if self.owed or isinstance(answer, asyncio.Task):
+                    if answer:
+                        self._owe(answer)
+                    if len(self.owed) >= _MAX_OWED:
+                        self.owed_room.clear()
+                        await self.owed_room.wait()
+                    continue
+                if not await self._send(answer):
+                    return
+        finally:
+            if self.sender is not None and not self.dropped:
+                await asyncio.shield(self.sender)  # owed answers go out before the connection is done
 
-    def _answer_failure(self, exc: Exception):
+    async def _send(self, pieces) -> bool:
+        """Write one answer (and close its files); False when the connection was dropped for it."""
+        try:
+            if pieces and not self.transport.is_closing():
+                await self._write(pieces)
+            return True
+        except (ConnectionError, OSError) as exc:
+            self._drop(f"write failed: {exc}")
+            return False
+        finally:
+            _close_regions(pieces)
+
+    def _owe(self, answer) -> None:
+        self.owed.append(answer)
+        if self.sender is None:
+            self.sender = asyncio.get_running_loop().create_task(self._send_owed())
+
+    async def _send_owed(self) -> None:
+        """Send the owed answers in request order, each once it is made."""
+        try:
+            while self.owed:
+                answer = self.owed[0]
+                if isinstance(answer, asyncio.Task):
+                    answer = await answer
+                if not self.dropped and not await self._send(answer):
+                    break
+                self.owed.popleft()
+                if len(self.owed) < _MAX_OWED:
+                    self.owed_room.set()
+        finally:
+            self.sender = None
+            self.owed_room.set()
+            while self.owed:  # dropped: what was made is discarded, its files closed
+                left = self.owed.popleft()
+                if isinstance(left, asyncio.Task):
+                    left.add_done_callback(_close_made_regions)
+                else:
+                    _close_regions(left)
+
+    async def _finish(self, header, request, started: float, later: Later):
+        """The rest of an owed answer; a failure there is answered as any handler's."""
+        try:
+            pieces = await later.rest
+        except Exception as exc:
+            return self._answer_failure(exc, header, request)
+        observe.request_done(header.api_key, header.api_version, started)
+        return pieces
+
+    def _answer_failure(self, exc: Exception, header, request):
         """A handler raised: log it with its traceback and the request's context,
         and answer with Kafka's error code in every place the response has one
         (KAFKA_STORAGE_ERROR for a failed disk operation, UNKNOWN_SERVER_ERROR
         otherwise), as Kafka does.  Where no such answer exists (Fetch, or a
         Produce with acks=0, which Kafka answers by closing) the connection is
         closed; None then."""
-        header, request = self.current, self.current_request
         context: dict[str, object] = {"client": self.peer}
         if header is not None:
             context.update(client_id=header.client_id, api_key=header.api_key, api_version=header.api_version,
@@ -218,6 +286,8 @@ class KafkaConnection(asyncio.Protocol):
         except CloseConnection as exc:
             self._drop(str(exc))
             return None
+        if isinstance(response, Later):
+            return asyncio.get_running_loop().create_task(self._finish(header, request, started, response))
         observe.request_done(header.api_key, header.api_version, started)
         if response is None:
             return None

@@ -6,8 +6,9 @@ import contextvars
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpbroker.server.config import BrokerConfig
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
@@ -30,6 +31,20 @@ class CloseConnection(Exception):
     """Raised by a handler whose only answer is closing the client's connection
     (a failed acks=0 produce: no response exists, and the close is how the
     client learns to refresh its metadata).  The message is logged as why."""
+
+
+class Later:
+    """A handler's answer that is owed, not ready: what the request changes is
+    done (a produce's append), what is left is waiting (acks=all: for the
+    replicas).  The connection goes on with the next request meanwhile and
+    still answers in request order, so a producer's pipelined requests are
+    appended while earlier ones wait, and one move of the high watermark
+    answers them all."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self, rest: Coroutine[Any, Any, list]):
+        self.rest = rest  # makes the response: a list of pieces
 
 
 @dataclass

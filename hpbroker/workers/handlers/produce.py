@@ -1,13 +1,15 @@
 """Produce (0): each partition's batches go to its owning worker, which appends
 them (single writer); the answers come back in the client's order, written
-straight to the wire (``protocol/produce_response.py``)."""
+straight to the wire (``protocol/produce_response.py``).  An acks=all answer
+that must wait for the replicas is owed (``Later``): the connection handles
+the producer's next request meanwhile."""
 
 import asyncio
 import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import produce_response
-from hpbroker.workers.context import CloseConnection
+from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
 
@@ -56,8 +58,9 @@ async def handle(ctx, header, request):
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     else:
         results = await _append_all(ctx, work, acks)
-        if acks == -1:
-            results = await _wait_replicated(ctx, work, results, request.timeout.total_seconds())
+        if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
+            # appended: the next request may be handled while this one waits for the replicas
+            return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
     if acks == 0:
         # No response exists; a failure closes the connection, as Kafka does,
         # so the client notices (it reconnects and refreshes its metadata).
@@ -67,6 +70,14 @@ async def handle(ctx, header, request):
             raise CloseConnection(f"an acks=0 produce failed ({', '.join(failed[:3])}"
                                   f"{', ...' if len(failed) > 3 else ''})")
         return None
+    return _answer(header, work, results)
+
+
+async def _answer_replicated(ctx, header, work, results, timeout_s: float) -> list[bytes]:
+    return _answer(header, work, await _wait_replicated(ctx, work, results, timeout_s))
+
+
+def _answer(header, work, results) -> list[bytes]:
     by_topic: dict[str, list] = {}
     for (topic, partition, _), result in zip(work, results):
         by_topic.setdefault(topic, []).append((partition, result.error, result.base_offset, result.log_append_time,
