@@ -1,6 +1,7 @@
 """The shared partition table: what one worker publishes, every worker reads
 whole, across processes, and never half-written."""
 
+import collections
 import os
 import signal
 import struct
@@ -168,3 +169,71 @@ def test_a_reader_past_its_cache_limit_forgets_and_still_finds(monkeypatch):
         assert len(reader._keys) <= 4
     for topic in topics:
         assert reader.read(topic, _owned(topic, 0, 1)[0]) is not None
+
+
+def _batches(first: int, count: int) -> list[tuple[int, int, int, int]]:
+    """``count`` one-record batches of 100 bytes from offset ``first``."""
+    return [(o, o + 1, 100 * o, 100) for o in range(first, first + count)]
+
+
+def test_recent_batches_are_read_with_their_partitions_offsets_newest_kept():
+    table = PartitionTable(WORKERS, slots=64)
+    writer, reader = table.writer(0), table.reader()
+    (partition,) = _owned("t", 0, 1)
+    assert writer.publish("t", partition, STANDALONE, True, 0, 0, 40, 40, 40,
+                          batches=(0, (8, 99), 0, _batches(0, 40)))
+    found = reader.read_with_batches("t", partition)
+    assert found is not None
+    offsets, recent = found
+    assert offsets.high_watermark == 40 and recent is not None
+    assert recent.segment_base == 0 and recent.identity == (8, 99)
+    assert recent.batches == _batches(40 - partition_table.RECENT, partition_table.RECENT)
+    assert _publish(writer, "t", partition, 50)  # offsets alone: the batches stay as they were
+    again = reader.read_with_batches("t", partition)
+    assert again is not None and again[1] == recent
+
+
+def test_batches_left_at_a_place_another_partition_took_are_not_read_as_its_own():
+    table = PartitionTable(WORKERS, slots=1)  # one place: the second partition takes the first's
+    writer, reader = table.writer(0), table.reader()
+    first, second = _owned("t", 0, 2)
+    assert writer.publish("t", first, STANDALONE, True, 0, 0, 3, 3, 3, batches=(0, (1, 1), 0, _batches(0, 3)))
+    writer.withdraw("t", first)
+    taken = writer.publish("t", second, STANDALONE, True, 0, 0, 5, 5, 5)  # its batches not written yet
+    assert taken and reader.read_with_batches("t", first) is None
+    found = reader.read_with_batches("t", second)
+    assert found is not None and found[1] is None, "the first partition's batches, not the second's"
+
+
+def test_a_restarted_writer_leaves_no_batches_behind():
+    table = PartitionTable(WORKERS, slots=64)
+    (partition,) = _owned("t", 0, 1)
+    assert table.writer(0).publish("t", partition, STANDALONE, True, 0, 0, 3, 3, 3,
+                                   batches=(0, (1, 1), 0, _batches(0, 3)))
+    restarted = table.writer(0)
+    restarted.reset()
+    assert restarted.publish("t", partition, STANDALONE, True, 0, 0, 3, 3, 3)
+    found = table.reader().read_with_batches("t", partition)
+    assert found is not None and found[1] is None
+
+
+def test_batches_published_one_at_a_time_wrap_their_ring_and_a_new_generation_starts_over():
+    table = PartitionTable(WORKERS, slots=64)
+    writer, reader = table.writer(0), table.reader()
+    (partition,) = _owned("t", 0, 1)
+    recent = collections.deque(maxlen=partition_table.RECENT)
+
+    def published(generation: int = 0):
+        assert writer.publish("t", partition, STANDALONE, True, 0, 0, len(recent), len(recent), len(recent),
+                              batches=(0, (1, 1), generation, recent))
+        found = reader.read_with_batches("t", partition)
+        assert found is not None and found[1] is not None
+        return found[1].batches
+
+    for offset in range(40):
+        recent.append((offset, offset + 1, 100 * offset, 100))
+        assert published() == list(recent)
+    assert published() == list(recent), "nothing new: the ring as it was"
+    recent.clear()  # the segment cut back (a new generation), then written again from offset 30
+    recent.extend(_batches(30, 3))
+    assert published(generation=1) == _batches(30, 3)

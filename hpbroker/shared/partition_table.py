@@ -16,6 +16,15 @@ counter odd: readers find no entry (and ask the owner) until the restarted
 worker resets its region, which moves every counter on.  This relies on the
 stores of one process reaching other processes in program order (x86-64's
 memory model); a port to weaker orderings needs fences between the steps.
+
+Beside each entry, at the same place in a second mapping, a standalone
+partition's recent batches: its active segment (base offset and file
+identity) and where its last ``RECENT`` written batches are in it, so a worker
+serving a consumer's fetch finds them without asking the owner.  Its own
+seqlock, and the partition's key again: a reader that found the entry checks
+the batches are still that partition's.  The owner writes the batches before
+the entry, so batches read after an entry cover everything below its high
+watermark in that segment.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -46,6 +56,22 @@ _SEQ = struct.Struct("<q")
 _KEY = struct.Struct("<qq")
 _ENTRY_SIZE = _ENTRY.size
 _WORDS = _ENTRY_SIZE // 8
+
+RECENT = 16  # batches per partition
+# seq, key_hi, key_lo, partition, segment base, device, inode, total; then a ring of RECENT batches (base
+# offset, next offset, position, size), the segment's n-th batch written at place n % RECENT, total the count
+_BATCHES = struct.Struct(f"<{8 + 4 * RECENT}q")
+_BATCHES_HEAD = struct.Struct("<7q")  # after the seq
+_BATCH = struct.Struct("<4q")
+_BATCHES_SIZE = _BATCHES.size
+_RING_AT = 64  # the ring's first batch, after the head
+
+
+class RecentBatches(NamedTuple):
+    """A consistent copy of a partition's recent batches."""
+    segment_base: int
+    identity: tuple[int, int]  # the segment file's (device, inode)
+    batches: list[tuple[int, int, int, int]]  # (base offset, next offset, position, size), oldest first
 
 
 class PartitionOffsets(NamedTuple):
@@ -77,6 +103,7 @@ class PartitionTable:
         self.workers = workers
         self.slots = slots
         self.memory = anonymous(workers * slots * _ENTRY_SIZE)
+        self.batches = anonymous(workers * slots * _BATCHES_SIZE)
 
     def writer(self, worker: int) -> TableWriter:
         return TableWriter(self, worker)
@@ -90,11 +117,14 @@ class TableWriter:
 
     def __init__(self, table: PartitionTable, worker: int):
         self.memory = table.memory
+        self.batches = table.batches
         self.mask = table.slots - 1
         self.base = worker * table.slots
         self._places: dict[tuple[str, int], int] = {}  # published -> byte offset of its entry
         self._taken: set[int] = set()
         self._keys: dict[str, tuple[int, int]] = {}
+        # place -> (segment base, identity, generation, batches in the ring, next offset of the newest)
+        self._rings: dict[int, tuple] = {}
         # one writer per entry is what the seqlock needs: the worker's loop, and any
         # thread of it that moves a log's offsets, take turns
         self._lock = threading.Lock()
@@ -113,12 +143,18 @@ class TableWriter:
             _SEQ.pack_into(self.memory, offset, seq | 1)
             _BODY.pack_into(self.memory, offset + 8, 0, 0, 0, EMPTY, 0, 0, 0, 0, 0, 0)
             _SEQ.pack_into(self.memory, offset, (seq | 1) + 1)
+            self._write_batches(offset, (0, 0), 0, 0, (0, 0), -1, ())
         self._places.clear()
+        self._rings.clear()
         self._taken.clear()
 
     def publish(self, topic: str, partition: int, role: int, serving: bool, leader_epoch: int, log_start: int,
-                high_watermark: int, log_end: int, last_stable: int) -> bool:
-        """Write the partition's entry; False when it has no place (readers then ask the owner)."""
+                high_watermark: int, log_end: int, last_stable: int,
+                batches: tuple[int, tuple[int, int], int, Sequence[tuple[int, int, int, int]]] | None = None) -> bool:
+        """Write the partition's entry, and with ``batches`` (its active
+        segment's base offset, file identity, a generation that moves whenever
+        its batches are cut, and its recent batches) those first; False when it
+        has no place (readers then ask the owner)."""
         offset = self._places.get((topic, partition))
         key = self._keys.get(topic)
         if key is None:
@@ -130,13 +166,50 @@ class TableWriter:
             if offset is None:
                 return False
             self._places[(topic, partition)] = offset
+        if batches is not None:
+            self._write_batches(offset, key, partition, *batches)
         self._write(offset, key[0], key[1], partition, role, int(serving), leader_epoch, log_start, high_watermark,
                     log_end, last_stable)
         return True
 
+    def _write_batches(self, offset: int, key: tuple[int, int], partition: int, segment_base: int,
+                       identity: tuple[int, int], generation: int,
+                       batches: Sequence[tuple[int, int, int, int]]) -> None:
+        """The recent batches of the partition whose entry is at ``offset``:
+        only those written since the last call, unless the segment or its
+        generation changed; nothing at all when none are new."""
+        at = offset // _ENTRY_SIZE * _BATCHES_SIZE
+        ring = self._rings.get(offset)
+        if ring is not None and ring[0] == segment_base and ring[1] == identity and ring[2] == generation:
+            total, newest = ring[3], ring[4]
+            new = []
+            # a copy first (one C call: a thread writing the segment cannot change it under us)
+            for batch in reversed(list(batches)):  # newest first; usually one
+                if batch[1] <= newest:
+                    break
+                new.append(batch)
+            if not new:
+                return
+            new.reverse()
+        else:
+            total, new = 0, list(batches)
+        new = new[-RECENT:]
+        memory = self.batches
+        with self._lock:
+            seq = _SEQ.unpack_from(memory, at)[0] | 1
+            _SEQ.pack_into(memory, at, seq)
+            for batch in new:
+                _BATCH.pack_into(memory, at + _RING_AT + (total % RECENT) * _BATCH.size, *batch)
+                total += 1
+            _BATCHES_HEAD.pack_into(memory, at + 8, key[0], key[1], partition, segment_base, identity[0],
+                                    identity[1], total)
+            _SEQ.pack_into(memory, at, seq + 1)
+        self._rings[offset] = (segment_base, identity, generation, total, new[-1][1] if new else -1)
+
     def withdraw(self, topic: str, partition: int) -> None:
         offset = self._places.pop((topic, partition), None)
         if offset is not None:
+            self._rings.pop(offset, None)
             self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0)
             self._taken.discard(offset)
 
@@ -163,6 +236,7 @@ class TableReader:
 
     def __init__(self, table: PartitionTable):
         self.memory = table.memory
+        self.batches = table.batches
         self.workers = table.workers
         self.slots = table.slots
         self.mask = table.slots - 1
@@ -171,6 +245,39 @@ class TableReader:
 
     def read(self, topic: str, partition: int) -> PartitionOffsets | None:
         """The partition's published offsets, or None (not published, or being rewritten: ask the owner)."""
+        found = self._find(topic, partition)
+        return None if found is None else found[1]
+
+    def read_with_batches(self, topic: str, partition: int) -> tuple[PartitionOffsets, RecentBatches | None] | None:
+        """The partition's offsets and then its recent batches (None when they
+        are not published, or not its own any more, or being rewritten)."""
+        found = self._find(topic, partition)
+        if found is None:
+            return None
+        offset, offsets = found
+        at = offset // _ENTRY_SIZE * _BATCHES_SIZE
+        memory = self.batches
+        key = self._keys[topic]
+        for _ in range(3):
+            words = _BATCHES.unpack_from(memory, at)
+            if words[0] & 1 == 0 and _SEQ.unpack_from(memory, at)[0] == words[0]:
+                break
+        else:
+            return offsets, None
+        if words[1] != key[0] or words[2] != key[1] or words[3] != partition or words[0] == 0:
+            return offsets, None
+        total = words[7]
+        it = iter(words[8:])
+        ring = list(zip(it, it, it, it))
+        if total <= RECENT:
+            batches = ring[:total]
+        else:  # oldest at the place the next one goes
+            oldest = total % RECENT
+            batches = ring[oldest:] + ring[:oldest]
+        return offsets, RecentBatches(words[4], (words[5], words[6]), batches)
+
+    def _find(self, topic: str, partition: int) -> tuple[int, PartitionOffsets] | None:
+        """Where the partition's entry is, and a consistent copy of it."""
         key = self._keys.get(topic)
         if key is None:
             if len(self._keys) >= _CACHED_MAX or len(self._places) >= _CACHED_MAX:
@@ -181,7 +288,7 @@ class TableReader:
         if known is not None:
             found = self._match(known, key, partition)
             if found is not None:
-                return found
+                return known, found
         base = partition_owner(topic, partition, self.workers) * self.slots
         home = _home(key, partition, self.mask)
         for step in range(MAX_PROBES):
@@ -191,7 +298,7 @@ class TableReader:
                 return None
             if entry[1] == key[0] and entry[2] == key[1] and entry[3] == partition and entry[4] != GONE:
                 self._places[(topic, partition)] = offset
-                return PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
+                return offset, PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
         return None
 
     def _match(self, offset: int, key: tuple[int, int], partition: int) -> PartitionOffsets | None:

@@ -335,7 +335,7 @@ class Log:
         last_offset = int(last_offsets[-1])
         if self._should_roll(len(buf), int(max_timestamps.max()), last_offset, len(last_offsets)):
             self.roll()
-        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps)
+        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps, first_offsets)
         if producers:  # otherwise there is nothing to record but the end offset, set below
             self.producer_state.update_batches(scan, first_offsets, last_offsets, max_timestamps)
         if self._leader_epochs.assign(epoch_starts):

@@ -17,6 +17,7 @@ everything that is derived (indexes, next offset, largest timestamp) from the
 ``.log`` alone and cuts it after the last valid batch.
 """
 
+import collections
 import mmap
 import os
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from hpbroker.storage.time_index import TimeIndex
 
 _EMPTY = np.zeros(0, np.uint8)
 _IOV_MAX = 1024
+RECENT_BATCHES = 16  # per active segment, published for readers in other workers
 
 
 class BatchLocation(NamedTuple):
@@ -97,9 +99,16 @@ class LogSegment:
         time_index_path = filenames.segment_file(directory, base_offset, filenames.TIME_INDEX_SUFFIX) + suffix
         self.indexes_were_missing = not (os.path.exists(index_path) and os.path.exists(time_index_path))
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        opened = os.fstat(self.fd)
+        self.identity = (opened.st_dev, opened.st_ino)  # the file these positions are in, for readers by path
+        # (base offset, next offset, position, size) of the last batches written,
+        # newest last: what a reader in another worker may locate without the index
+        self.recent: collections.deque[tuple[int, int, int, int]] = collections.deque(maxlen=RECENT_BATCHES)
+        self.recent_generation = 0  # moves whenever ``recent`` is cut: what was published of it no longer holds
+        self._pending_batches: list[tuple[int, int, int, int]] = []
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
-        self._state = _TailState(size=os.fstat(self.fd).st_size, next_offset=base_offset)
+        self._state = _TailState(size=opened.st_size, next_offset=base_offset)
         self._staged = self._state.copy()
         self._pending: list = []
         self._pending_offset_entries: list[tuple[int, int]] = []
@@ -146,15 +155,24 @@ class LogSegment:
         )
 
     # --- appending ---------------------------------------------------------
-    def stage(self, data, positions, sizes, last_offsets, max_timestamps) -> None:
+    def stage(self, data, positions, sizes, last_offsets, max_timestamps, first_offsets=None) -> None:
         """Queue ``data`` (whole batches with offsets assigned) for the next ``write()``.
 
         ``positions`` are relative to ``data``; the other arrays are the batches'
-        scan columns.  Nothing is visible to readers until ``write()``.
+        scan columns.  Nothing is visible to readers until ``write()``.  With
+        ``first_offsets`` the batches join ``recent`` once written.
         """
         if len(positions) == 0:
             return
         start = self._staged.size
+        if first_offsets is not None:
+            if len(positions) == 1:
+                self._pending_batches.append((int(first_offsets[0]), int(last_offsets[0]) + 1,
+                                              start + int(positions[0]), int(sizes[0])))
+            else:
+                self._pending_batches.extend(
+                    (base, last + 1, start + position, size) for base, last, position, size in
+                    zip(first_offsets.tolist(), last_offsets.tolist(), positions.tolist(), sizes.tolist()))
         self._plan_entries(np.asarray(positions, np.int64) + start, sizes, last_offsets, max_timestamps)
         self._pending.append(memoryview(data))
         self._staged.size = start + len(data)
@@ -219,6 +237,8 @@ class LogSegment:
             self.offset_index.append(offset, position)
         for timestamp, offset in self._pending_time_entries:
             self.time_index.maybe_append(timestamp, offset)
+        if self._pending_batches:
+            self.recent.extend(self._pending_batches)
         self._clear_pending()
         self._state = self._staged.copy()
 
@@ -231,6 +251,7 @@ class LogSegment:
 
     def _clear_pending(self) -> None:
         self._pending.clear()
+        self._pending_batches.clear()
         self._pending_offset_entries.clear()
         self._pending_time_entries.clear()
 
@@ -391,6 +412,8 @@ class LogSegment:
     def _set_state(self, state: _TailState) -> None:
         self._state = state
         self._staged = state.copy()
+        self.recent.clear()  # cut or recovered: what was recent may be gone
+        self.recent_generation += 1
 
     # --- lifecycle ---------------------------------------------------------
     def paths(self) -> list[str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpbroker.server.config import BrokerConfig
+from hpbroker.storage import filenames
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
@@ -122,6 +123,33 @@ class SegmentFiles:
         self._fds.clear()
 
 
+class PartitionDirs:
+    """Which log dir holds a partition, for reading another worker's segments
+    by path (``handlers/fetch.py``); remembered, and forgotten when a file
+    there turns out not to be the one expected."""
+
+    _MAX = 1 << 16
+
+    def __init__(self, log_dirs: list[str]):
+        self.log_dirs = log_dirs
+        self._known: dict[tuple[str, int], str] = {}
+
+    def segment_path(self, topic: str, partition: int, base_offset: int) -> str | None:
+        directory = self._known.get((topic, partition))
+        if directory is None:
+            name = filenames.partition_dir_name(topic, partition)
+            directory = next((p for d in self.log_dirs if os.path.isdir(p := os.path.join(d, name))), None)
+            if directory is None:
+                return None
+            if len(self._known) >= self._MAX:
+                self._known.clear()
+            self._known[(topic, partition)] = directory
+        return filenames.segment_file(directory, base_offset, filenames.LOG_SUFFIX)
+
+    def forget(self, topic: str, partition: int) -> None:
+        self._known.pop((topic, partition), None)
+
+
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
                  topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, cluster=None, producer_ids=None,
@@ -134,6 +162,7 @@ class WorkerContext:
         self.owners = owners  # owners.Owners: ask the owner of a partition or a group
         self.groups = groups  # this worker's GroupCoordinator (FindCoordinator makes sure of its topic)
         self.segment_files = SegmentFiles()
+        self.partition_dirs = PartitionDirs(topics.log_dirs)
         self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])
         # who leads what, who coordinates a group: this broker alone, or the cluster image
         self.cluster = cluster or StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpbroker.shared.partition_table import ROLE_CODES, TableWriter
+from hpbroker.shared.partition_table import ROLE_CODES, STANDALONE, TableWriter
 
 if TYPE_CHECKING:
     from hpbroker.workers.partition import Partition
@@ -25,9 +25,13 @@ class Publisher:
     def publish(self, partition: Partition) -> None:
         log = partition.log
         high_watermark = log.high_watermark
-        self.writer.publish(partition.topic, partition.index, ROLE_CODES[partition.role.value], partition.leads(),
-                            partition.leader_epoch, log.log_start_offset, high_watermark, log.log_end_offset,
-                            high_watermark)
+        role = ROLE_CODES[partition.role.value]
+        batches = None
+        if role == STANDALONE:  # the only role whose fetches other workers answer from the table
+            segment = log.active_segment
+            batches = (segment.base_offset, segment.identity, segment.recent_generation, segment.recent)
+        self.writer.publish(partition.topic, partition.index, role, partition.leads(), partition.leader_epoch,
+                            log.log_start_offset, high_watermark, log.log_end_offset, high_watermark, batches)
 
     def withdraw(self, topic: str, index: int) -> None:
         self.writer.withdraw(topic, index)

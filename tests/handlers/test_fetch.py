@@ -8,7 +8,9 @@ import uuid
 import pytest
 
 from hpbroker.errors import ErrorCode
+from hpbroker.workers.handlers.fetch import published_locate
 from tests.handlers.conftest import batch, errors, fetch_request, produce_request, records_of, until, values_of
+from tests.handlers.test_delete_records import delete_records
 
 BY_NAME, BY_ID = (4, 12), (13, 16)
 
@@ -145,3 +147,45 @@ def test_a_long_poll_with_nothing_arriving_ends_at_max_wait(broker):
     broker.create_topic("t")
     [p] = partitions_of(broker.fetch(12, [("t", 0, 0)], max_wait_ms=30))
     assert (p.error_code, p.records) == (ErrorCode.none, b"")
+
+
+def test_a_fetch_answered_from_the_shared_table_is_what_the_owner_answers(make_broker):
+    """Every offset and byte limit: the worker holding the connection, reading
+    the owner's published offsets and recent batches, answers exactly as the
+    owner's ``Locate`` would, or leaves the question to it."""
+    broker = make_broker({"log.segment.bytes": 8192})  # a few segments: the recent batches are the active one's
+    broker.create_topic("t")
+    for i in range(60):
+        broker.produce("t", 0, *[b"v%d" % i * (1 + (i * 37) % 300)] * (1 + i % 3))
+    partition = broker.partitions.resolve("t", 0)
+    assert not isinstance(partition, ErrorCode)
+    assert len(partition.log.segments) > 2
+    hw = partition.log.high_watermark
+    here = 0
+    for offset in range(hw + 2):
+        for max_bytes in (1, 100, 700, 2000, 5000, 1 << 20):
+            mine = published_locate(broker.ctx, "t", 0, offset, max_bytes, -1)
+            if mine is not None:
+                here += 1
+                assert mine == partition.locate(offset, max_bytes), (offset, max_bytes)
+    active = partition.log.active_segment
+    in_recent = hw - max(active.base_offset, active.recent[0][0])
+    assert here == (in_recent + 1) * 6, "the recent batches and the log end are answered without the owner"
+    assert published_locate(broker.ctx, "t", 0, 0, 1 << 20, 5) is None, "another leader epoch: the owner says"
+
+
+def test_a_consumer_reads_through_the_table_while_the_log_rolls_and_its_start_moves(make_broker):
+    broker = make_broker({"log.segment.bytes": 2048})
+    broker.create_topic("t")
+    read = []
+    for i in range(30):
+        broker.produce("t", 0, b"%d" % i * 100)
+        [p] = partitions_of(broker.fetch(12, [("t", 0, len(read))]))
+        read += values_of(p.records)
+    assert read == [b"%d" % i * 100 for i in range(30)]
+    [(_, deleted)] = delete_records(broker, 2, ("t", 0, 20))
+    assert deleted.error_code == ErrorCode.none
+    [p] = partitions_of(broker.fetch(12, [("t", 0, 10)]))
+    assert p.error_code == ErrorCode.offset_out_of_range
+    [p] = partitions_of(broker.fetch(12, [("t", 0, 25)]))
+    assert values_of(p.records)[0] == b"25" * 100

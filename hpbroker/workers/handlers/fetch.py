@@ -15,6 +15,7 @@ import os
 import time
 
 from hpbroker.errors import ErrorCode
+from hpbroker.shared.partition_table import STANDALONE
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
@@ -22,6 +23,47 @@ from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, Wa
 API_KEY = 1
 log = logging.getLogger(__name__)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
+
+
+def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: int,
+                     current_leader_epoch: int) -> LocateResult | None:
+    """A consumer's ``Locate`` answered as the owner would, from what it
+    published (``shared/partition_table.py``): its offsets and the places of its
+    recent batches; None when they do not say (a replicated partition, whose
+    leader also weighs its ZooKeeper session; an offset out of range or older
+    than the recent batches; an entry being rewritten): ask the owner."""
+    table = ctx.partition_offsets
+    found = table.read_with_batches(topic, partition) if table is not None else None
+    if found is None:
+        return None
+    offsets, recent = found
+    if offsets.role != STANDALONE or not offsets.serving or current_leader_epoch not in (-1, offsets.leader_epoch):
+        return None
+    hw, start = offsets.high_watermark, offsets.log_start
+    if offset < start or offset > hw:
+        return None
+    if offset == hw:
+        return LocateResult(ErrorCode.none, hw, hw, start)  # nothing yet
+    if recent is None:
+        return None
+    batches = recent.batches
+    first = next((i for i, batch in enumerate(batches) if batch[1] > offset), None)
+    if first is None or batches[first][0] > offset:
+        return None  # older than the recent batches (or a gap): the owner's index knows
+    # as Log.read: whole batches below the high watermark, at most max_bytes, at least one
+    position = batches[first][2]
+    size = batches[first][3]
+    for base, _next, at, length in batches[first + 1:]:
+        if base >= hw or at + length - position > max_bytes:
+            break
+        size = at + length - position
+    path = ctx.partition_dirs.segment_path(topic, partition, recent.segment_base)
+    if path is None:
+        return None
+    if ctx.segment_files.fd(path, recent.identity) is None:  # not that file (any more): the owner knows
+        ctx.partition_dirs.forget(topic, partition)
+        return None
+    return LocateResult(ErrorCode.none, hw, hw, start, path, position, size, recent.identity)
 
 
 async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
@@ -45,6 +87,11 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
                 size = min(p.partition_max_bytes, max_bytes)
                 epoch = getattr(p, "current_leader_epoch", -1)
                 if replica is None:
+                    answer = published_locate(ctx, info.name, p.partition, p.fetch_offset, size, epoch)
+                    if answer is not None:
+                        results[-1] = answer
+                        slots.pop()
+                        continue
                     calls.append(Locate(info.name, p.partition, p.fetch_offset, size, epoch))
                 else:
                     replica_id, replica_epoch = replica
