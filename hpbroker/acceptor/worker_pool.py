@@ -248,6 +248,7 @@ class WorkerPool:
         from hpbroker.server import metrics
 
         metrics.mark_dead(slot.pid)  # its gauges (connections, offsets) no longer count
+        self.memory.partitions.revoke_lease(slot.index)  # nobody answers for its leaders from the table now
         slot.pid, slot.control, slot.ready, slot.booted, slot.exit_code = 0, None, False, False, code
         self.handoff.worker_gone(slot)
         if stopping:

@@ -17,6 +17,15 @@ worker resets its region, which moves every counter on.  This relies on the
 stores of one process reaching other processes in program order (x86-64's
 memory model); a port to weaker orderings needs fences between the steps.
 
+A replicated partition's leader decides whether it leads with facts the
+entry cannot hold (its ZooKeeper session, whether its loop was paused), so
+each worker also publishes a lease: until when, on the monotonic clock all
+processes share, its leaderships may be trusted without asking it.  It grants
+the lease from its tick, to the same instant after which it would doubt them
+itself (half a session past the tick), and revokes it the moment it doubts
+them; a worker that stops ticking (paused, dead) lets it run out.  A reader
+counts a leader entry as serving only within its owner's lease.
+
 Beside each entry, at the same place in a second mapping, a standalone
 partition's recent batches: its active segment (base offset and file
 identity) and where its last ``RECENT`` written batches are in it, so a worker
@@ -32,7 +41,8 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -65,6 +75,7 @@ _BATCHES_HEAD = struct.Struct("<7q")  # after the seq
 _BATCH = struct.Struct("<4q")
 _BATCHES_SIZE = _BATCHES.size
 _RING_AT = 64  # the ring's first batch, after the head
+_LEASE = struct.Struct("@q")  # native and aligned: one 8-byte store, never seen torn
 
 
 class RecentBatches(NamedTuple):
@@ -104,12 +115,17 @@ class PartitionTable:
         self.slots = slots
         self.memory = anonymous(workers * slots * _ENTRY_SIZE)
         self.batches = anonymous(workers * slots * _BATCHES_SIZE)
+        self.leases = anonymous(workers * _LEASE.size)  # per worker: trusted until, monotonic nanoseconds
+
+    def revoke_lease(self, worker: int) -> None:
+        """``worker``'s leaderships are trusted no more (it revokes its own; the pool, a dead one's)."""
+        _LEASE.pack_into(self.leases, worker * _LEASE.size, 0)
 
     def writer(self, worker: int) -> TableWriter:
         return TableWriter(self, worker)
 
-    def reader(self) -> TableReader:
-        return TableReader(self)
+    def reader(self, monotonic: Callable[[], float] = time.monotonic) -> TableReader:
+        return TableReader(self, monotonic)
 
 
 class TableWriter:
@@ -118,6 +134,9 @@ class TableWriter:
     def __init__(self, table: PartitionTable, worker: int):
         self.memory = table.memory
         self.batches = table.batches
+        self.table = table
+        self.leases = table.leases
+        self.worker = worker
         self.mask = table.slots - 1
         self.base = worker * table.slots
         self._places: dict[tuple[str, int], int] = {}  # published -> byte offset of its entry
@@ -128,6 +147,13 @@ class TableWriter:
         # one writer per entry is what the seqlock needs: the worker's loop, and any
         # thread of it that moves a log's offsets, take turns
         self._lock = threading.Lock()
+
+    def grant_lease(self, until_s: float) -> None:
+        """This worker's leaderships may be trusted until ``until_s`` (``time.monotonic()``)."""
+        _LEASE.pack_into(self.leases, self.worker * _LEASE.size, int(until_s * 1e9))
+
+    def revoke_lease(self) -> None:
+        self.table.revoke_lease(self.worker)
 
     def reset(self) -> None:
         """Empty the whole region (a worker starting, maybe after a crash mid-write).
@@ -234,9 +260,11 @@ class TableWriter:
 class TableReader:
     """Any worker's side: lock-free reads of every region."""
 
-    def __init__(self, table: PartitionTable):
+    def __init__(self, table: PartitionTable, monotonic: Callable[[], float] = time.monotonic):
         self.memory = table.memory
         self.batches = table.batches
+        self.leases = table.leases
+        self.monotonic = monotonic
         self.workers = table.workers
         self.slots = table.slots
         self.mask = table.slots - 1
@@ -298,14 +326,21 @@ class TableReader:
                 return None
             if entry[1] == key[0] and entry[2] == key[1] and entry[3] == partition and entry[4] != GONE:
                 self._places[(topic, partition)] = offset
-                return offset, PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
+                return offset, self._offsets(entry, offset)
         return None
 
     def _match(self, offset: int, key: tuple[int, int], partition: int) -> PartitionOffsets | None:
         entry = self._copy(offset)
         if entry is None or entry[1] != key[0] or entry[2] != key[1] or entry[3] != partition or entry[4] <= GONE:
             return None
-        return PartitionOffsets(entry[4], bool(entry[5]), *entry[6:])
+        return self._offsets(entry, offset)
+
+    def _offsets(self, entry: tuple, offset: int) -> PartitionOffsets:
+        serving = bool(entry[5])
+        if serving and entry[4] == LEADER:  # and only while its owner's lease runs
+            owner = offset // _ENTRY_SIZE // self.slots
+            serving = _LEASE.unpack_from(self.leases, owner * _LEASE.size)[0] > self.monotonic() * 1e9
+        return PartitionOffsets(entry[4], serving, *entry[6:])
 
     def _copy(self, offset: int) -> tuple | None:
         """A consistent copy of the entry, or None when its writer is mid-write (or died there)."""

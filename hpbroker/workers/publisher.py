@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpbroker.shared.partition_table import ROLE_CODES, STANDALONE, TableWriter
+from hpbroker.shared.partition_table import LEADER, ROLE_CODES, STANDALONE, TableWriter
 
 if TYPE_CHECKING:
     from hpbroker.workers.partition import Partition
@@ -27,7 +27,7 @@ class Publisher:
         high_watermark = log.high_watermark
         role = ROLE_CODES[partition.role.value]
         batches = None
-        if role == STANDALONE:  # the only role whose fetches other workers answer from the table
+        if role == STANDALONE or role == LEADER:  # the roles whose fetches other workers answer from the table
             segment = log.active_segment
             batches = (segment.base_offset, segment.identity, segment.recent_generation, segment.recent)
         self.writer.publish(partition.topic, partition.index, role, partition.leads(), partition.leader_epoch,
@@ -36,12 +36,25 @@ class Publisher:
     def withdraw(self, topic: str, index: int) -> None:
         self.writer.withdraw(topic, index)
 
+    def grant_lease(self, until_s: float) -> None:
+        """This worker's leaderships may be trusted until then (``time.monotonic()``)."""
+        self.writer.grant_lease(until_s)
+
+    def revoke_lease(self) -> None:
+        self.writer.revoke_lease()
+
 
 class _Unpublished:
     def publish(self, partition: Partition) -> None:
         pass
 
     def withdraw(self, topic: str, index: int) -> None:
+        pass
+
+    def grant_lease(self, until_s: float) -> None:
+        pass
+
+    def revoke_lease(self) -> None:
         pass
 
 

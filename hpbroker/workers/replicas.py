@@ -142,6 +142,7 @@ class ReplicaManager:
         if self.suspect:
             return
         self.suspect = True
+        self.publisher.revoke_lease()
         self._doubt_begins(self._last_tick)
         log.warning("this worker was paused for longer than half the ZooKeeper session timeout: leaderships "
                     "in doubt until the session is confirmed")
@@ -166,6 +167,7 @@ class ReplicaManager:
         any request waiting out a doubt runs again)."""
         self.session = session
         if session is Session.EXPIRED:
+            self.publisher.revoke_lease()
             self._doubt_begins(self.clock.monotonic())
         elif session is Session.CONNECTED:
             self._doubt_may_end()
@@ -259,7 +261,10 @@ class ReplicaManager:
         if not paused and late > STALL_S:
             self._skip_unmeasured(late - TICK_S)  # a stalled loop saw no fetch meanwhile
         if not self.trusted():
+            self.publisher.revoke_lease()
             return
+        # other workers may answer for our leaders until we would doubt them ourselves
+        self.publisher.grant_lease(now + self.settings.session_timeout_ms / 2000)
         for partition in self.leaders():
             wanted = self.wanted_isr(partition)
             if wanted is not None:
@@ -416,6 +421,7 @@ class ReplicaManager:
         log.info("%s-%d: local replica deleted %s", topic, index, why)
 
     async def close(self) -> None:
+        self.publisher.revoke_lease()
         for partition in list(self.partitions.values()):
             self._go_offline(partition, None)
         await asyncio.gather(*(f.close() for f in self.fetchers.values()), return_exceptions=True)

@@ -15,7 +15,7 @@ import os
 import time
 
 from hpbroker.errors import ErrorCode
-from hpbroker.shared.partition_table import STANDALONE
+from hpbroker.shared.partition_table import LEADER, STANDALONE
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
@@ -23,21 +23,22 @@ from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, Wa
 API_KEY = 1
 log = logging.getLogger(__name__)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
+_ANSWERED = (STANDALONE, LEADER)  # roles whose fetches the table can locate
 
 
 def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: int,
                      current_leader_epoch: int) -> LocateResult | None:
     """A consumer's ``Locate`` answered as the owner would, from what it
     published (``shared/partition_table.py``): its offsets and the places of its
-    recent batches; None when they do not say (a replicated partition, whose
-    leader also weighs its ZooKeeper session; an offset out of range or older
-    than the recent batches; an entry being rewritten): ask the owner."""
+    recent batches (a replicated leader's within its owner's lease); None when
+    they do not say (an offset out of range or older than the recent batches,
+    an entry being rewritten, a lease run out): ask the owner."""
     table = ctx.partition_offsets
     found = table.read_with_batches(topic, partition) if table is not None else None
     if found is None:
         return None
     offsets, recent = found
-    if offsets.role != STANDALONE or not offsets.serving or current_leader_epoch not in (-1, offsets.leader_epoch):
+    if offsets.role not in _ANSWERED or not offsets.serving or current_leader_epoch not in (-1, offsets.leader_epoch):
         return None
     hw, start = offsets.high_watermark, offsets.log_start
     if offset < start or offset > hw:

@@ -7,19 +7,20 @@ answered by the partition's owner."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED
-from hpbroker.shared.partition_table import STANDALONE, PartitionOffsets
+from hpbroker.shared.partition_table import LEADER, STANDALONE, PartitionOffsets
 from hpbroker.workers.handlers.per_partition import ask_each, by_topic
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import ListedOffset, ListOffset
 
 API_KEY = 2
+_ANSWERED = (STANDALONE, LEADER)  # roles whose answers the table holds
 
 
 def published(offsets: PartitionOffsets, timestamp: int, current_leader_epoch: int) -> ListedOffset | None:
     """The answer the owner would give, from what it published; None: ask it.
-    A replicated partition's leader decides with facts the table does not
-    hold (its ZooKeeper session), so only a standalone one is answered here."""
-    if offsets.role != STANDALONE or current_leader_epoch not in (-1, offsets.leader_epoch):
+    A replicated leader's entry counts only within its owner's lease
+    (``serving``: see ``shared/partition_table.py``)."""
+    if offsets.role not in _ANSWERED or not offsets.serving or current_leader_epoch not in (-1, offsets.leader_epoch):
         return None
     if timestamp in (LATEST, LATEST_TIERED):
         return ListedOffset(ErrorCode.none, offsets.high_watermark, -1, offsets.leader_epoch)
