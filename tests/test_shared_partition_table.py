@@ -5,6 +5,7 @@ import collections
 import os
 import signal
 import struct
+import time
 
 import pytest
 
@@ -34,7 +35,9 @@ def test_a_partition_published_by_its_owner_is_read_by_another_process():
     (partition,) = _owned("t", 1, 1)
     child = os.fork()
     if child == 0:  # the owner, a forked worker as in the broker
-        code = 0 if _publish(table.writer(1), "t", partition, 7, LEADER) else 1
+        writer = table.writer(1)
+        code = 0 if _publish(writer, "t", partition, 7, LEADER) else 1
+        writer.grant_lease(time.monotonic() + 60)  # a leader's entry serves within its worker's lease
         os._exit(code)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
