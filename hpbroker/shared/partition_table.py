@@ -26,8 +26,8 @@ itself (half a session past the tick), and revokes it the moment it doubts
 them; a worker that stops ticking (paused, dead) lets it run out.  A reader
 counts a leader entry as serving only within its owner's lease.
 
-Beside each entry, at the same place in a second mapping, a standalone
-partition's recent batches: its active segment (base offset and file
+Beside each entry, at the same place in a second mapping, a standalone or
+leader partition's recent batches: its active segment (base offset and file
 identity) and where its last ``RECENT`` written batches are in it, so a worker
 serving a consumer's fetch finds them without asking the owner.  Its own
 seqlock, and the partition's key again: a reader that found the entry checks
