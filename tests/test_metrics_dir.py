@@ -29,7 +29,8 @@ def test_sweep_removes_only_directories_of_brokers_that_are_gone(tmp_path):
 
 def test_prepare_names_the_directory_after_the_acceptor(monkeypatch, tmp_path):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    monkeypatch.delenv(metrics_dir.ENV, raising=False)
+    monkeypatch.setenv(metrics_dir.ENV, "unset after the test")  # recorded: whatever prepare() sets is undone
+    monkeypatch.delenv(metrics_dir.ENV)
     path = metrics_dir.prepare()
     try:
         assert os.path.basename(path).startswith(f"{metrics_dir.PREFIX}{os.getpid()}-")

@@ -26,11 +26,12 @@ import itertools
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from typing import cast
 
 from hpbroker.errors import ErrorCode
 from hpbroker.shared.payload_arena import ArenaReceiver, ArenaRef, ArenaSender, RefusedPayload
-from hpbroker.workers import observe, owner_calls
+from hpbroker.workers import owner_calls
 from hpbroker.workers.owner_calls import Append, Batch, ChannelError, Failed, OwnerError
 
 log = logging.getLogger(__name__)
@@ -60,22 +61,25 @@ def _frame(body: bytes) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-def _by_reference(call, arena: ArenaSender, refs: list[ArenaRef]):
-    """``call`` with its records moved into the arena where they fit; the slots taken go to ``refs``."""
+def _by_reference(call, arena: ArenaSender, refs: list[ArenaRef], counted: Callable[[str, int], None]):
+    """``call`` with its records moved into the arena where they fit; the slots taken go to ``refs``,
+    the bytes sent each way to ``counted``."""
     if isinstance(call, Append):
-        return _append_by_reference(call, arena, refs)
+        return _append_by_reference(call, arena, refs, counted)
     if isinstance(call, Batch) and any(isinstance(c, Append) for c in call.calls):
-        return Batch([_append_by_reference(c, arena, refs) if isinstance(c, Append) else c for c in call.calls])
+        return Batch([_append_by_reference(c, arena, refs, counted) if isinstance(c, Append) else c
+                      for c in call.calls])
     return call
 
 
-def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef]) -> Append:
+def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef],
+                         counted: Callable[[str, int], None]) -> Append:
     size = len(call.records)
     ref = arena.put(call.records) if size else None
     if ref is None:
-        observe.peer_payload("inline", size)
+        counted("inline", size)
         return call
-    observe.peer_payload("arena", size)
+    counted("arena", size)
     refs.append(ref)
     return Append(call.topic, call.partition, b"", call.acks, ref)
 
@@ -200,9 +204,11 @@ class _Connection:
 class PeerClient:
     """Sends owner calls to the other workers."""
 
-    def __init__(self, broker_tag: str, arena: ArenaSender | None = None):
+    def __init__(self, broker_tag: str, arena: ArenaSender | None = None,
+                 counted: Callable[[str, int], None] = lambda path, size: None):
         self.broker_tag = broker_tag
         self.arena = arena
+        self.counted = counted  # (path, bytes) of every payload sent: "arena" or "inline"
         self._connections: dict[int, _Connection] = {}
         self._connecting: dict[int, asyncio.Future] = {}
         self._ids = itertools.count()
@@ -240,7 +246,7 @@ class PeerClient:
         conn.pending[call_id] = future
         refs: list[ArenaRef] = []
         if self.arena is not None:
-            call = _by_reference(call, self.arena, refs)
+            call = _by_reference(call, self.arena, refs, self.counted)
         if refs:
             # freed when the answer comes (or the channel closes), not when this
             # coroutine ends: a cancelled caller must not free what the owner still reads
