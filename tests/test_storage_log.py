@@ -336,3 +336,78 @@ def test_one_batch_appends_index_as_one_append_of_them_all(tmp_path_factory, bat
     assert a.time_index.keys().tolist() == b.time_index.keys().tolist()
     assert a.time_index.values().tolist() == b.time_index.values().tolist()
     assert (a.max_timestamp, a.next_offset, a.size) == (b.max_timestamp, b.next_offset, b.size)
+
+
+def _respoiled(batch: bytes, how: str) -> bytes:
+    """``batch`` made into something the one-batch path must leave to the scanned one."""
+    buf = bytearray(batch)
+
+    def set_field(fmt: str, at: int, value: int) -> None:
+        struct.pack_into(fmt, buf, at, value)
+        struct.pack_into(">I", buf, layout.CRC, crc32c(bytes(buf[layout.CRC_START:])))  # still a valid CRC
+
+    if how == "crc":
+        buf[-1] ^= 0xFF
+    elif how == "count":
+        set_field(">i", layout.RECORD_COUNT, struct.unpack_from(">i", buf, layout.RECORD_COUNT)[0] + 1)
+    elif how == "control":
+        set_field(">h", layout.ATTRIBUTES, struct.unpack_from(">h", buf, layout.ATTRIBUTES)[0] | layout.CONTROL_BIT)
+    elif how == "producer":
+        set_field(">q", layout.PRODUCER_ID, 7)
+        set_field(">h", layout.PRODUCER_EPOCH, 0)
+        set_field(">i", layout.BASE_SEQUENCE, 0)
+    elif how == "magic":
+        buf[layout.MAGIC] = 1
+    elif how == "trailing":
+        buf += b"\0" * 5
+    elif how == "short":
+        del buf[40:]
+    return bytes(buf)
+
+
+def _outcome(log: Log, append, data: bytes, epoch: int):
+    try:
+        info = append(bytearray(data), epoch)
+    except Exception as exc:  # noqa: BLE001 - the same refusal is what is compared
+        return type(exc).__name__, str(exc)
+    return info
+
+
+def _state(log: Log) -> tuple:
+    segments = [(s.base_offset, open(s.log_path, "rb").read(), s.offset_index.keys().tolist(),
+                 s.offset_index.values().tolist(), s.time_index.keys().tolist(), s.time_index.values().tolist(),
+                 list(s.recent)) for s in log.segments]
+    return segments, log.log_end_offset, log.written_offset, log.leader_epochs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([5, 100, 700]),
+                                  st.sampled_from([0, 0, layout.CODEC_GZIP, layout.CODEC_ZSTD]),
+                                  st.sampled_from(["", "", "", "crc", "count", "control", "producer", "magic",
+                                                   "trailing", "short"]),
+                                  st.sampled_from([0, 0, 3])), min_size=1, max_size=25),
+       segment_bytes=st.sampled_from([1500, 1 << 20]), max_message_bytes=st.sampled_from([600, 1 << 20]))
+def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_factory, batches, segment_bytes,
+                                                                       max_message_bytes):
+    """Whatever a request's one batch is, valid or not, ``append`` (which tries
+    its one-batch path first) and the scanned path every request can take
+    leave the same log behind and answer the same, down to each error."""
+    config = LogConfig(segment_bytes=segment_bytes, max_message_bytes=max_message_bytes, index_interval_bytes=300)
+    fast = Log.open(str(tmp_path_factory.mktemp("fast") / "t-0"), "t", 0, config)
+    scanned = Log.open(str(tmp_path_factory.mktemp("scanned") / "t-0"), "t", 0, config)
+    taken, expected = [], []
+    one_batch = fast._append_one
+
+    def spied(buf, leader_epoch, write):
+        info = one_batch(buf, leader_epoch, write)
+        taken.append(info is not None)
+        return info
+    fast._append_one = spied  # the instance's: which appends took the one-batch path
+    for i, (count, size, codec, spoil, epoch) in enumerate(batches):
+        data = _respoiled(make_batch(count, timestamp=T0 + 7 * i, value_size=size, codec=codec, tag=f"b{i}"), spoil)
+        expected.append(not spoil and len(data) <= min(segment_bytes, max_message_bytes))
+        a = _outcome(fast, lambda buf, e: fast.append(buf, leader_epoch=e), data, epoch)
+        b = _outcome(scanned, lambda buf, e: scanned._append_scanned(buf, e, None, True, "client"), data, epoch)
+        assert a == b, (i, spoil)
+    assert _state(fast) == _state(scanned)
+    assert taken == expected, "every valid plain batch, and only those, took the one-batch path"

@@ -45,10 +45,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from crc32c import crc32c
 
 from hpbroker.clock import now_ms
-from hpbroker.kernels import scan_batches
+from hpbroker.kernels import layout, scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
+from hpbroker.kernels.layout import CONTROL_BIT
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
@@ -69,6 +71,10 @@ log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
 _BASE_OFFSET = struct.Struct(">q")
+# a v2 batch header from batchLength on (layout.py): length, leader epoch, magic, crc, attributes,
+# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_ONE_HEADER = struct.Struct(">iibIhiqqqhii")
+_LEADER_EPOCH = struct.Struct(">i")
 
 # Who appends (Kafka's AppendOrigin): only the broker itself may write control
 # batches (transaction markers); clients' batches get the stricter checks.
@@ -279,6 +285,53 @@ class Log:
         if origin not in _ORIGINS:
             raise ValueError(f"unknown append origin {origin!r}")
         buf = records if _writable(records) else bytearray(records)
+        if timestamp_ms is None and not self._one_batch_needs_more:
+            appended = self._append_one(buf, leader_epoch, write)
+            if appended is not None:
+                return appended
+        return self._append_scanned(buf, leader_epoch, timestamp_ms, write, origin)
+
+    @property
+    def _one_batch_needs_more(self) -> bool:
+        """The topic's settings make every append take the whole path: keys to
+        check (compacted), a codec to convert to, a time to stamp."""
+        config = self.config
+        return config.compact or config.target_codec is not None or config.log_append_time
+
+    def _append_one(self, buf, leader_epoch: int, write: bool) -> AppendInfo | None:
+        """The usual produce, in scalars: one whole v2 batch without a producer
+        id, valid in every way ``_append_scanned`` checks.  None for anything
+        else, which ``_append_scanned`` then appends or refuses with its error;
+        a property test holds the two to the same result."""
+        size = len(buf)
+        if size < layout.BATCH_HEADER_SIZE:
+            return None
+        (length, _epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id, _producer_epoch,
+         _base_sequence, count) = _ONE_HEADER.unpack_from(buf, layout.BATCH_LENGTH)
+        config = self.config
+        if (length + layout.LOG_OVERHEAD != size or magic != 2 or producer_id >= 0 or attributes & CONTROL_BIT
+                or count < 1 or last_delta + 1 != count or size > config.max_message_bytes
+                or size > config.segment_bytes or crc32c(memoryview(buf)[layout.CRC_START:]) != crc):
+            return None
+        first = self._log_end_offset
+        last = first + last_delta
+        _BASE_OFFSET.pack_into(buf, 0, first)
+        _LEADER_EPOCH.pack_into(buf, layout.PARTITION_LEADER_EPOCH, leader_epoch)
+        if self._should_roll(size, max_timestamp, last, 1):
+            self.roll()
+        self.active_segment.stage_one(buf, first, last, max_timestamp)
+        if self._leader_epochs.assign([(leader_epoch, first)]):
+            self._save_leader_epochs()
+        self._log_end_offset = last + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
+        if write:
+            self.write()
+        return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_timestamp, log_append_time=-1,
+                          batches=1, records=count, size=size)
+
+    def _append_scanned(self, buf, leader_epoch: int, timestamp_ms: int | None, write: bool,
+                        origin: str) -> AppendInfo:
+        """``append`` for any request: every batch scanned, checked and stamped by the kernels."""
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         idempotent = append_validation.validate(scan, len(buf), self.config, self._name,
                                                 from_client=origin == ORIGIN_CLIENT)

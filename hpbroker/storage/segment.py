@@ -177,6 +177,19 @@ class LogSegment:
         self._pending.append(memoryview(data))
         self._staged.size = start + len(data)
 
+    def stage_one(self, data, first_offset: int, last_offset: int, max_timestamp: int) -> None:
+        """``stage`` for a buffer holding exactly one batch, in scalars."""
+        start = self._staged.size
+        size = len(data)
+        self._pending_batches.append((first_offset, last_offset + 1, start, size))
+        s = self._staged
+        if s.size == 0 and s.first_batch_timestamp < 0:
+            s.first_batch_timestamp = max_timestamp
+        last_time = self._pending_time_entries[-1][0] if self._pending_time_entries else self.time_index.max_timestamp()
+        self._plan_one(start, size, last_offset, max_timestamp, last_time)
+        self._pending.append(memoryview(data))
+        s.size = start + size
+
     def _plan_entries(self, positions, sizes, last_offsets, max_timestamps) -> None:
         """Advance the staged tail state over these batches, queueing their index entries."""
         s = self._staged
