@@ -352,10 +352,16 @@ def _respoiled(batch: bytes, how: str) -> bytes:
         set_field(">i", layout.RECORD_COUNT, struct.unpack_from(">i", buf, layout.RECORD_COUNT)[0] + 1)
     elif how == "control":
         set_field(">h", layout.ATTRIBUTES, struct.unpack_from(">h", buf, layout.ATTRIBUTES)[0] | layout.CONTROL_BIT)
-    elif how == "producer":
+    elif how.startswith("seq "):  # an idempotent producer's batch at that sequence
         set_field(">q", layout.PRODUCER_ID, 7)
         set_field(">h", layout.PRODUCER_EPOCH, 0)
+        set_field(">i", layout.BASE_SEQUENCE, int(how.split()[1]))
+    elif how == "transactional":
+        set_field(">q", layout.PRODUCER_ID, 8)
+        set_field(">h", layout.PRODUCER_EPOCH, 0)
         set_field(">i", layout.BASE_SEQUENCE, 0)
+        set_field(">h", layout.ATTRIBUTES,
+                  struct.unpack_from(">h", buf, layout.ATTRIBUTES)[0] | layout.TRANSACTIONAL_BIT)
     elif how == "magic":
         buf[layout.MAGIC] = 1
     elif how == "trailing":
@@ -380,18 +386,20 @@ def _state(log: Log) -> tuple:
     return segments, log.log_end_offset, log.written_offset, log.leader_epochs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([5, 100, 700]),
                                   st.sampled_from([0, 0, layout.CODEC_GZIP, layout.CODEC_ZSTD]),
-                                  st.sampled_from(["", "", "", "crc", "count", "control", "producer", "magic",
-                                                   "trailing", "short"]),
+                                  st.sampled_from(["", "", "", "crc", "count", "control", "magic", "trailing",
+                                                   "short", "next", "next", "retry", "gap", "transactional"]),
                                   st.sampled_from([0, 0, 3])), min_size=1, max_size=25),
        segment_bytes=st.sampled_from([1500, 1 << 20]), max_message_bytes=st.sampled_from([600, 1 << 20]))
 def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_factory, batches, segment_bytes,
                                                                        max_message_bytes):
     """Whatever a request's one batch is, valid or not, ``append`` (which tries
     its one-batch path first) and the scanned path every request can take
-    leave the same log behind and answer the same, down to each error."""
+    leave the same log behind and answer the same, down to each error.  An
+    idempotent producer's batches come next in its sequence, again (a retry),
+    or past a gap."""
     config = LogConfig(segment_bytes=segment_bytes, max_message_bytes=max_message_bytes, index_interval_bytes=300)
     fast = Log.open(str(tmp_path_factory.mktemp("fast") / "t-0"), "t", 0, config)
     scanned = Log.open(str(tmp_path_factory.mktemp("scanned") / "t-0"), "t", 0, config)
@@ -403,9 +411,18 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
         taken.append(info is not None)
         return info
     fast._append_one = spied  # the instance's: which appends took the one-batch path
+    next_seq, last_seq = 0, None  # the idempotent producer's
     for i, (count, size, codec, spoil, epoch) in enumerate(batches):
-        data = _respoiled(make_batch(count, timestamp=T0 + 7 * i, value_size=size, codec=codec, tag=f"b{i}"), spoil)
-        expected.append(not spoil and len(data) <= min(segment_bytes, max_message_bytes))
+        how = {"next": f"seq {next_seq}", "retry": f"seq {last_seq if last_seq is not None else 0}",
+               "gap": f"seq {next_seq + 3}"}.get(spoil, spoil)
+        data = _respoiled(make_batch(count, timestamp=T0 + 7 * i, value_size=size, codec=codec, tag=f"b{i}"), how)
+        fits = len(data) <= min(segment_bytes, max_message_bytes)
+        seq = int(how.split()[1]) if how.startswith("seq ") else None
+        # a producer the log has no state for may start anywhere; then it goes on in order
+        in_sequence = seq is not None and (last_seq is None or seq == next_seq)
+        expected.append(fits and (not spoil or in_sequence))
+        if fits and in_sequence and seq is not None:
+            last_seq, next_seq = seq, seq + count
         a = _outcome(fast, lambda buf, e: fast.append(buf, leader_epoch=e), data, epoch)
         b = _outcome(scanned, lambda buf, e: scanned._append_scanned(buf, e, None, True, "client"), data, epoch)
         assert a == b, (i, spoil)

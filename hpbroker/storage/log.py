@@ -50,7 +50,7 @@ from crc32c import crc32c
 from hpbroker.clock import now_ms
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
-from hpbroker.kernels.layout import CONTROL_BIT
+from hpbroker.kernels.layout import CONTROL_BIT, TRANSACTIONAL_BIT
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
@@ -64,7 +64,7 @@ from hpbroker.storage.errors import (
     UnsupportedFormatError,
 )
 from hpbroker.storage.leader_epochs import LeaderEpochCache
-from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
+from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict, increment_sequence
 from hpbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ _BASE_OFFSET = struct.Struct(">q")
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _ONE_HEADER = struct.Struct(">iibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
+_NOT_PLAIN = CONTROL_BIT | TRANSACTIONAL_BIT  # batches the one-batch path leaves to the scanned one
 
 # Who appends (Kafka's AppendOrigin): only the broker itself may write control
 # batches (transaction markers); clients' batches get the stricter checks.
@@ -299,19 +300,25 @@ class Log:
         return config.compact or config.target_codec is not None or config.log_append_time
 
     def _append_one(self, buf, leader_epoch: int, write: bool) -> AppendInfo | None:
-        """The usual produce, in scalars: one whole v2 batch without a producer
-        id, valid in every way ``_append_scanned`` checks.  None for anything
-        else, which ``_append_scanned`` then appends or refuses with its error;
-        a property test holds the two to the same result."""
+        """The usual produce, in scalars: one whole v2 data batch, plain or
+        idempotent (not transactional), valid in every way ``_append_scanned``
+        checks and, for a producer's, next in its sequence.  None for anything
+        else (a retry, a gap, a fenced epoch too), which ``_append_scanned``
+        then appends, answers or refuses with its error; a property test holds
+        the two to the same result."""
         size = len(buf)
         if size < layout.BATCH_HEADER_SIZE:
             return None
-        (length, _epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id, _producer_epoch,
-         _base_sequence, count) = _ONE_HEADER.unpack_from(buf, layout.BATCH_LENGTH)
+        (length, _epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id, producer_epoch,
+         base_sequence, count) = _ONE_HEADER.unpack_from(buf, layout.BATCH_LENGTH)
         config = self.config
-        if (length + layout.LOG_OVERHEAD != size or magic != 2 or producer_id >= 0 or attributes & CONTROL_BIT
+        if (length + layout.LOG_OVERHEAD != size or magic != 2 or attributes & _NOT_PLAIN
                 or count < 1 or last_delta + 1 != count or size > config.max_message_bytes
                 or size > config.segment_bytes or crc32c(memoryview(buf)[layout.CRC_START:]) != crc):
+            return None
+        idempotent = producer_id >= 0
+        if idempotent and (base_sequence < 0 or self.producer_state.check_one(
+                producer_id, producer_epoch, base_sequence, last_delta).verdict is not Verdict.OK):
             return None
         first = self._log_end_offset
         last = first + last_delta
@@ -320,6 +327,9 @@ class Log:
         if self._should_roll(size, max_timestamp, last, 1):
             self.roll()
         self.active_segment.stage_one(buf, first, last, max_timestamp)
+        if idempotent:
+            self.producer_state.update(producer_id, producer_epoch, base_sequence,
+                                       increment_sequence(base_sequence, last_delta), first, last, max_timestamp)
         if self._leader_epochs.assign([(leader_epoch, first)]):
             self._save_leader_epochs()
         self._log_end_offset = last + 1

@@ -272,6 +272,12 @@ class ProducerStateManager:
             pending[pid] = nxt
         return _OK
 
+    def check_one(self, producer_id: int, epoch: int, base_sequence: int, last_offset_delta: int) -> CheckResult:
+        """``check_batches`` for a request of one data batch, from its header's fields."""
+        committed = self._producers.get(producer_id)
+        return _check(committed, committed, producer_id, epoch, base_sequence,
+                      increment_sequence(base_sequence, last_offset_delta))
+
     def update(self, producer_id: int, epoch: int, base_sequence: int, last_sequence: int,
                first_offset: int, last_offset: int, max_timestamp: int, *, transactional: bool = False) -> None:
         """Record a data batch now in the log (with its assigned offsets)."""
