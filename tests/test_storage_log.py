@@ -413,8 +413,9 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
     fast._append_one = spied  # the instance's: which appends took the one-batch path
     next_seq, last_seq = 0, None  # the idempotent producer's
     for i, (count, size, codec, spoil, epoch) in enumerate(batches):
-        how = {"next": f"seq {next_seq}", "retry": f"seq {last_seq if last_seq is not None else 0}",
-               "gap": f"seq {next_seq + 3}"}.get(spoil, spoil)
+        sequences = {"next": f"seq {next_seq}", "retry": f"seq {last_seq if last_seq is not None else 0}",
+                     "gap": f"seq {next_seq + 3}"}
+        how: str = sequences[spoil] if spoil in sequences else spoil
         data = _respoiled(make_batch(count, timestamp=T0 + 7 * i, value_size=size, codec=codec, tag=f"b{i}"), how)
         fits = len(data) <= min(segment_bytes, max_message_bytes)
         seq = int(how.split()[1]) if how.startswith("seq ") else None
