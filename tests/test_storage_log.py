@@ -429,3 +429,43 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
         assert a == b, (i, spoil)
     assert _state(fast) == _state(scanned)
     assert taken == expected, "every valid plain batch, and only those, took the one-batch path"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([5, 100, 700]),
+                                  st.sampled_from([0, layout.CODEC_LZ4]), st.booleans(), st.integers(0, 3)),
+                        min_size=1, max_size=20),
+       deliveries=st.lists(st.sampled_from(["one", "one", "two", "crc", "again", "torn"]), min_size=1, max_size=30),
+       segment_bytes=st.sampled_from([1500, 1 << 20]))
+def test_a_followers_single_batch_takes_the_same_way_as_the_scanned_path(tmp_path_factory, batches, deliveries,
+                                                                         segment_bytes):
+    """A follower appends what its leader's log holds, a batch or two per
+    fetch, sometimes a corrupt one, one it has already, or one cut off:
+    ``append_as_follower`` (its one-batch path first) and the scanned path
+    leave the same log and answer the same."""
+    config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=300)
+    leader = Log.open(str(tmp_path_factory.mktemp("leader") / "t-0"), "t", 0, LogConfig())
+    seq = 0
+    for i, (count, size, codec, idempotent, epoch) in enumerate(batches):
+        data = make_batch(count, timestamp=T0 + 5 * i, value_size=size, codec=codec, tag=f"b{i}")
+        if idempotent:
+            data = _respoiled(data, f"seq {seq}")
+            seq += count
+        leader.append(data, leader_epoch=epoch)
+    led = [bytes(leader.read_records(o, 1)) for o in
+           sorted({b.header.base_offset for b in batches_in(leader.read_records(0, 1 << 30))})]
+    fast = Log.open(str(tmp_path_factory.mktemp("fast") / "t-0"), "t", 0, config)
+    scanned = Log.open(str(tmp_path_factory.mktemp("scanned") / "t-0"), "t", 0, config)
+    at = 0
+    for how in deliveries:
+        if at >= len(led):
+            break
+        data = {"one": led[at], "two": b"".join(led[at:at + 2]), "crc": led[at][:-1] + bytes([led[at][-1] ^ 1]),
+                "again": led[max(at - 1, 0)], "torn": led[at][:-3]}[how]
+        a = _outcome(fast, lambda buf, _: fast.append_as_follower(buf), data, 0)
+        b = _outcome(scanned, lambda buf, _: scanned._follow_scanned(buf), data, 0)
+        assert a == b, how
+        at = len([o for o in range(len(led))
+                  if batches_in(led[o])[0].header.base_offset < fast.log_end_offset])
+    assert _state(fast) == _state(scanned)
+    assert fast.producer_state.producers == scanned.producer_state.producers

@@ -75,6 +75,7 @@ _BASE_OFFSET = struct.Struct(">q")
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _ONE_HEADER = struct.Struct(">iibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
+_FOLLOWED_HEADER = struct.Struct(">qiibIhiqqqhii")  # the same, from baseOffset on
 _NOT_PLAIN = CONTROL_BIT | TRANSACTIONAL_BIT  # batches the one-batch path leaves to the scanned one
 
 # Who appends (Kafka's AppendOrigin): only the broker itself may write control
@@ -654,6 +655,37 @@ class Log:
         timestamps; a batch cut off at the end of a fetch response is left for
         the next fetch.  Returns the new log end."""
         buf = bytearray(records)
+        if self._follow_one(buf):
+            return self._log_end_offset
+        return self._follow_scanned(buf)
+
+    def _follow_one(self, buf) -> bool:
+        """``append_as_follower`` for a response of exactly one whole, valid v2
+        batch at the log end, in scalars; False for anything else (the scanned
+        path decides).  A property test holds the two to the same log."""
+        size = len(buf)
+        if size < layout.BATCH_HEADER_SIZE:
+            return False
+        (first, length, leader_epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id,
+         producer_epoch, base_sequence, _count) = _FOLLOWED_HEADER.unpack_from(buf, 0)
+        if (length + layout.LOG_OVERHEAD != size or magic != 2 or first != self._log_end_offset
+                or crc32c(memoryview(buf)[layout.CRC_START:]) != crc):
+            return False
+        last = first + last_delta
+        if self._should_roll(size, max_timestamp, last, 1):
+            self.roll()
+        self.active_segment.stage_one(buf, first, last, max_timestamp)
+        if producer_id >= 0:
+            self.producer_state.apply_batch(producer_id, producer_epoch, base_sequence, first, last, max_timestamp,
+                                            attributes)
+        if self._leader_epochs.assign([(leader_epoch, first)]):
+            self._save_leader_epochs()
+        self._log_end_offset = last + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
+        self.write()
+        return True
+
+    def _follow_scanned(self, buf) -> int:
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         if scan.stop not in (STOP_END, STOP_TORN):
             raise CorruptBatchError(f"{self._name}: the leader's batch at byte {scan.valid_end} is invalid "

@@ -305,6 +305,11 @@ class ProducerStateManager:
         entry.end_txn(epoch, coordinator_epoch, timestamp)
         self.end_offset = max(self.end_offset, offset + 1)
 
+    def apply_batch(self, producer_id: int, epoch: int, base_sequence: int, first_offset: int, last_offset: int,
+                    max_timestamp: int, attributes: int) -> None:
+        """``update_batches`` for one batch, from its header's fields."""
+        self._apply(producer_id, epoch, base_sequence, first_offset, last_offset, max_timestamp, attributes)
+
     def _apply(self, pid, epoch, seq, first, last, max_ts, attrs) -> None:
         if pid == NO_PRODUCER_ID:
             self.end_offset = max(self.end_offset, last + 1)
