@@ -11,8 +11,11 @@ belongs to.  The splitter itself is tested in test_protocol_framing.py.
 Nothing sleeps: tests wait on events and reads, each under a timeout."""
 
 import asyncio
+import errno
 import logging
+import os
 import struct
+import tempfile
 
 import pytest
 
@@ -21,6 +24,7 @@ from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import Later
+from hpbroker.workers.fetch_response import FileRegion
 
 TIMEOUT_S = 5
 LIMIT = 1000  # socket.request.max.bytes of these connections
@@ -62,6 +66,8 @@ class Handler:
         self.gates: dict[int, asyncio.Event] = {}
         self.owed: set[int] = set()
         self.failing: set[int] = set()
+        self.files: dict[int, int] = {}  # correlation id -> a descriptor its owed answer is sent from
+        self.regions: list[int] = []  # the descriptors those answers were given
         self.busy = 0  # requests inside the handler at once: the connection serves one at a time
         self.most_busy = 0
         self.moved = asyncio.Event()  # set whenever ``handled`` grows
@@ -89,10 +95,14 @@ class Handler:
         finally:
             self.busy -= 1
 
-    async def _rest(self, cid: int) -> list[bytes]:
+    async def _rest(self, cid: int) -> list:
         await self.gates.setdefault(cid, asyncio.Event()).wait()
         if cid in self.failing:
             raise RuntimeError("the wait failed")
+        if cid in self.files:  # an answer sent from a file, as Fetch's records are
+            region = FileRegion(os.dup(self.files[cid]), 0, 2)
+            self.regions.append(region.fd)
+            return [struct.pack(">ii", 6, cid), region]
         return [frame(struct.pack(">i", cid) + b"ok")]
 
 
@@ -267,7 +277,7 @@ def test_owed_answers_let_later_requests_be_handled_and_still_go_out_in_request_
         await s.handler.have_handled([1, 2, 3, 4])  # all handled, none answered yet
         assert s.ctx.bytes_out == 0
         s.handler.gates[3].set()
-        third = s.connection.owed[2]  # owed: 1 (being made), 2 (made), 3 (being made), 4 (made)
+        [third] = [a for a in s.connection.owed if isinstance(a, asyncio.Task)]  # 1's is with the sender
         await asyncio.wait_for(asyncio.shield(third), TIMEOUT_S)
         assert s.ctx.bytes_out == 0, "3 is made, but 1 is owed before it"
         s.handler.gates[1].set()
@@ -310,3 +320,31 @@ def test_a_draining_connection_sends_what_it_owes_before_it_is_done():
         await asyncio.wait_for(s.connection.task, TIMEOUT_S)
         s.connection.close()  # as the worker does once its connections' tasks are done
     run(scenario)
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        return exc.errno == errno.EBADF
+    return False
+
+
+def test_owed_answers_of_a_client_gone_close_their_files():
+    with tempfile.TemporaryFile() as f:
+        f.write(b"ok")
+        f.flush()
+
+        async def scenario(s):
+            s.handler.owed = {1, 2, 3}
+            s.handler.files = {1: f.fileno(), 2: f.fileno(), 3: f.fileno()}
+            await s.send(request(1) + request(2) + request(3))
+            await s.handler.have_handled([1, 2, 3])
+            s.writer.transport.abort()  # the client goes away with three answers owed
+            await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+            for cid in (2, 1, 3):
+                s.handler.gates[cid].set()
+            await asyncio.wait_for(s.connection.task, TIMEOUT_S)
+            assert len(s.handler.regions) == 3 and all(_closed(fd) for fd in s.handler.regions)
+            assert not s.connection.owed and s.connection.sender is None
+        run(scenario)

@@ -87,7 +87,7 @@ class KafkaConnection(asyncio.Protocol):
         self.writable = asyncio.Event()
         self.writable.set()
         # answers not yet sent, in request order, while any is owed: pieces, or the
-        # task making them; written by the sender task only, which ends when it is empty
+        # task making them; sent by the sender task alone, which ends when none is left
         self.owed: collections.deque = collections.deque()
         self.sender: asyncio.Task | None = None
         self.owed_room = asyncio.Event()
@@ -172,7 +172,7 @@ class KafkaConnection(asyncio.Protocol):
                     answer = self._answer_failure(exc, self.current, self.current_request)
                     if answer is None:
                         return
-                if self.owed or isinstance(answer, asyncio.Task):
+                if self.sender is not None or isinstance(answer, asyncio.Task):
                     if answer:
                         self._owe(answer)
                     if len(self.owed) >= _MAX_OWED:
@@ -203,17 +203,23 @@ class KafkaConnection(asyncio.Protocol):
             self.sender = asyncio.get_running_loop().create_task(self._send_owed())
 
     async def _send_owed(self) -> None:
-        """Send the owed answers in request order, each once it is made."""
+        """Send the owed answers in request order, each once it is made (while
+        this task runs, every answer goes through it)."""
         try:
             while self.owed:
-                answer = self.owed[0]
-                if isinstance(answer, asyncio.Task):
-                    answer = await answer
-                if not self.dropped and not await self._send(answer):
-                    break
-                self.owed.popleft()
+                answer = self.owed.popleft()
                 if len(self.owed) < _MAX_OWED:
                     self.owed_room.set()
+                if isinstance(answer, asyncio.Task):
+                    try:
+                        answer = await answer
+                    except asyncio.CancelledError:
+                        answer.add_done_callback(_close_made_regions)
+                        raise
+                if self.dropped:
+                    _close_regions(answer)
+                elif not await self._send(answer):
+                    break
         finally:
             self.sender = None
             self.owed_room.set()
