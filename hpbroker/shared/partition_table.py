@@ -95,6 +95,14 @@ class PartitionOffsets(NamedTuple):
     log_end: int
     last_stable: int  # the high watermark until transactions hold it back
 
+    def answers_for(self, current_leader_epoch: int) -> bool:
+        """Whether a client's request naming ``current_leader_epoch`` may be
+        answered from this entry as its leader would answer it (a standalone
+        partition, or a leader within its worker's lease, at that epoch);
+        otherwise the owner decides, and words any refusal."""
+        return (self.serving and (self.role == STANDALONE or self.role == LEADER)
+                and current_leader_epoch in (-1, self.leader_epoch))
+
 
 def topic_key(topic: str) -> tuple[int, int]:
     """128 bits of the topic's name: the same in every process (``hash()`` of a str is not)."""

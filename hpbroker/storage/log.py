@@ -64,18 +64,17 @@ from hpbroker.storage.errors import (
     UnsupportedFormatError,
 )
 from hpbroker.storage.leader_epochs import LeaderEpochCache
-from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict, increment_sequence
+from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
 from hpbroker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
 _INT32_MAX = (1 << 31) - 1
 _BASE_OFFSET = struct.Struct(">q")
-# a v2 batch header from batchLength on (layout.py): length, leader epoch, magic, crc, attributes,
+# a v2 batch header (layout.py): base offset, length, leader epoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
-_ONE_HEADER = struct.Struct(">iibIhiqqqhii")
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
-_FOLLOWED_HEADER = struct.Struct(">qiibIhiqqqhii")  # the same, from baseOffset on
 _NOT_PLAIN = CONTROL_BIT | TRANSACTIONAL_BIT  # batches the one-batch path leaves to the scanned one
 
 # Who appends (Kafka's AppendOrigin): only the broker itself may write control
@@ -310,8 +309,8 @@ class Log:
         size = len(buf)
         if size < layout.BATCH_HEADER_SIZE:
             return None
-        (length, _epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id, producer_epoch,
-         base_sequence, count) = _ONE_HEADER.unpack_from(buf, layout.BATCH_LENGTH)
+        (_base, length, _epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id,
+         producer_epoch, base_sequence, count) = _BATCH_HEADER.unpack_from(buf, 0)
         config = self.config
         if (length + layout.LOG_OVERHEAD != size or magic != 2 or attributes & _NOT_PLAIN
                 or count < 1 or last_delta + 1 != count or size > config.max_message_bytes
@@ -325,18 +324,8 @@ class Log:
         last = first + last_delta
         _BASE_OFFSET.pack_into(buf, 0, first)
         _LEADER_EPOCH.pack_into(buf, layout.PARTITION_LEADER_EPOCH, leader_epoch)
-        if self._should_roll(size, max_timestamp, last, 1):
-            self.roll()
-        self.active_segment.stage_one(buf, first, last, max_timestamp)
-        if idempotent:
-            self.producer_state.update(producer_id, producer_epoch, base_sequence,
-                                       increment_sequence(base_sequence, last_delta), first, last, max_timestamp)
-        if self._leader_epochs.assign([(leader_epoch, first)]):
-            self._save_leader_epochs()
-        self._log_end_offset = last + 1
-        self.producer_state.set_end_offset(self._log_end_offset)
-        if write:
-            self.write()
+        self._add_one(buf, first, last, max_timestamp, leader_epoch,
+                      (producer_id, producer_epoch, base_sequence, attributes) if idempotent else None, write=write)
         return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_timestamp, log_append_time=-1,
                           batches=1, records=count, size=size)
 
@@ -405,6 +394,24 @@ class Log:
         if self._leader_epochs.assign(epoch_starts):
             self._save_leader_epochs()  # before the batches are written, as Kafka's assign flushes
         self._log_end_offset = last_offset + 1
+        self.producer_state.set_end_offset(self._log_end_offset)
+        if write:
+            self.write()
+
+    def _add_one(self, buf, first: int, last: int, max_timestamp: int, leader_epoch: int,
+                 producer: tuple[int, int, int, int] | None, *, write: bool) -> None:
+        """``_add_batches`` for a buffer of one batch, in scalars; ``producer``
+        its (id, epoch, base sequence, attributes) when it has an id."""
+        if self._should_roll(len(buf), max_timestamp, last, 1):
+            self.roll()
+        self.active_segment.stage_one(buf, first, last, max_timestamp)
+        if producer is not None:
+            producer_id, producer_epoch, base_sequence, attributes = producer
+            self.producer_state.apply_batch(producer_id, producer_epoch, base_sequence, first, last, max_timestamp,
+                                            attributes)
+        if self._leader_epochs.assign([(leader_epoch, first)]):
+            self._save_leader_epochs()
+        self._log_end_offset = last + 1
         self.producer_state.set_end_offset(self._log_end_offset)
         if write:
             self.write()
@@ -667,22 +674,12 @@ class Log:
         if size < layout.BATCH_HEADER_SIZE:
             return False
         (first, length, leader_epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id,
-         producer_epoch, base_sequence, _count) = _FOLLOWED_HEADER.unpack_from(buf, 0)
+         producer_epoch, base_sequence, _count) = _BATCH_HEADER.unpack_from(buf, 0)
         if (length + layout.LOG_OVERHEAD != size or magic != 2 or first != self._log_end_offset
                 or crc32c(memoryview(buf)[layout.CRC_START:]) != crc):
             return False
-        last = first + last_delta
-        if self._should_roll(size, max_timestamp, last, 1):
-            self.roll()
-        self.active_segment.stage_one(buf, first, last, max_timestamp)
-        if producer_id >= 0:
-            self.producer_state.apply_batch(producer_id, producer_epoch, base_sequence, first, last, max_timestamp,
-                                            attributes)
-        if self._leader_epochs.assign([(leader_epoch, first)]):
-            self._save_leader_epochs()
-        self._log_end_offset = last + 1
-        self.producer_state.set_end_offset(self._log_end_offset)
-        self.write()
+        producer = (producer_id, producer_epoch, base_sequence, attributes) if producer_id >= 0 else None
+        self._add_one(buf, first, first + last_delta, max_timestamp, leader_epoch, producer, write=True)
         return True
 
     def _follow_scanned(self, buf) -> int:

@@ -15,7 +15,6 @@ import os
 import time
 
 from hpbroker.errors import ErrorCode
-from hpbroker.shared.partition_table import LEADER, STANDALONE
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
@@ -23,7 +22,6 @@ from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, Wa
 API_KEY = 1
 log = logging.getLogger(__name__)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
-_ANSWERED = (STANDALONE, LEADER)  # roles whose fetches the table can locate
 
 
 def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: int,
@@ -38,7 +36,7 @@ def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: in
     if found is None:
         return None
     offsets, recent = found
-    if offsets.role not in _ANSWERED or not offsets.serving or current_leader_epoch not in (-1, offsets.leader_epoch):
+    if not offsets.answers_for(current_leader_epoch):
         return None
     hw, start = offsets.high_watermark, offsets.log_start
     if offset < start or offset > hw:
