@@ -16,7 +16,7 @@ import time
 from harness.waiting import until
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
-from hpbroker.cluster.worker_link import Session
+from hpbroker.cluster.session_tracker import Session
 from hpbroker.errors import ErrorCode
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server.config import BrokerConfig
@@ -43,18 +43,23 @@ PROTOCOLS = [("range", b"r")]
 
 
 class Link:
-    """What a ReplicaManager asks of its WorkerLink when the session is in doubt."""
+    """What a ReplicaManager asks of its SharedLink when the session is in doubt."""
 
     def __init__(self, image: ClusterImage):
         self.current = image
-        self.watcher = self  # reread_states
         self.rereads = 0
 
     def image(self) -> ClusterImage:
         return self.current
 
-    def reread_states(self) -> None:
+    async def confirm(self) -> None:
         self.rereads += 1
+
+    def tracked(self) -> bool:
+        return True
+
+    def tracked_until(self) -> float:
+        return float("inf")
 
 
 class SkewedClock:

@@ -11,7 +11,7 @@ import time
 from harness.waiting import until
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
-from hpbroker.cluster.worker_link import Session
+from hpbroker.cluster.session_tracker import Session
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server.ownership import partition_owner
 from hpbroker.shared.partition_table import LEADER, STANDALONE, PartitionTable

@@ -1,10 +1,11 @@
 """The acceptor's part in cluster mode: join before serving, hand leaderships
 over before stopping, leave last.
 
-The acceptor holds the broker's registration (and stands for controller)
-in its own ZooKeeper session; each worker opens its own session after it was
-forked, so no kazoo object or thread of this process is ever used in a
-child.  Joining comes before the log directories are opened for writing: a
+The acceptor holds the broker's one ZooKeeper session: its registration,
+its controller candidacy, and the watches behind the cluster image, which it
+lends to the workers (the image and the session's state on the cluster
+board in shared memory, their writes through a proxy), so no kazoo object or
+thread of this process is ever used in a child.  Joining comes before the log directories are opened for writing: a
 wrong cluster id or a broker id held by a live broker stops the start with
 one line, and a generated id is known before ``meta.properties`` is written.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from hpbroker.cluster.board_publisher import BoardPublisher
 from hpbroker.cluster.controller import ControllerSettings
 from hpbroker.cluster.member import ClusterMember, MemberSettings
 from hpbroker.server.config import BrokerConfig
@@ -55,6 +57,13 @@ def join(config: BrokerConfig, stored_broker_id: int | None, stored_cluster_id: 
     log.info("joined cluster %s as broker %d (ZooKeeper %s)", member.cluster_id, member.broker_id,
              config["zookeeper.connect"])
     return member
+
+
+def lend_session(member: ClusterMember, config: BrokerConfig, board, broker_tag: str) -> BoardPublisher:
+    """Publish the member's image and session to the workers, and serve their
+    ZooKeeper operations on its session (before the first worker is forked)."""
+    assert member.client is not None and member.watcher is not None, "not joined"
+    return BoardPublisher(member.client, member.watcher, board, config["zookeeper.session.timeout.ms"], broker_tag)
 
 
 def shutdown_timeout_s(config: BrokerConfig) -> float:

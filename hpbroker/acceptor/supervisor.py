@@ -117,6 +117,7 @@ class Supervisor:
         self.accept_failures = 0  # in the current episode of descriptor exhaustion
         self.member = None  # cluster mode: this broker's membership (registration, controller candidacy)
         self.hand_over: membership.HandOver | None = None
+        self.lent = None  # cluster mode: the session as the workers see it (the board, the proxy)
 
     # --- start -------------------------------------------------------------------
     def start(self) -> None:
@@ -165,6 +166,9 @@ class Supervisor:
         gc.collect()
         gc.freeze()
         self._install_signals()
+        if self.member is not None:
+            assert self.pool.memory.board is not None  # the pool made one: cluster mode
+            self.lent = membership.lend_session(self.member, self.config, self.pool.memory.board, self.pool.broker_tag)
         self.pool.start(self.clean, self.cluster_id)
         log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
                  self.address[0], self.address[1], len(self.pool), self.cluster_id, ", ".join(cfg.log_dirs))
@@ -187,6 +191,9 @@ class Supervisor:
         self.root.broker_id, self.root.cluster_id = self.member.broker_id, self.member.cluster_id
 
     def _leave_cluster(self) -> None:
+        if self.lent is not None:
+            self.lent.close()
+            self.lent = None
         if self.member is not None:
             self.member.close()  # the registration vanishes now, not after the session timeout
             self.member = None
@@ -219,9 +226,11 @@ class Supervisor:
         self.root.unlock()  # this process's copies: the acceptor keeps the directory locks
         # The cluster member's kazoo client is the acceptor's: its threads did not
         # survive the fork and its locks may have been held at that moment, so a
-        # worker never uses it (it opens its own session).  Its atexit hook does
-        # not run either: a worker ends with os._exit.
-        self.member = self.hand_over = None
+        # worker never uses it (it reads the board and asks the proxy).  Its
+        # atexit hook does not run either: a worker ends with os._exit.
+        if self.lent is not None:
+            self.lent.close_in_child()
+        self.member = self.hand_over = self.lent = None
 
     # --- the loop ------------------------------------------------------------------
     def run(self) -> int:

@@ -98,7 +98,8 @@ class WorkerPool:
         self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
         self.selector = selector
         self.config = config  # () -> the acceptor's configuration now: a restarted worker gets the reloaded one
-        self.memory = BrokerMemory.create(count)  # before any fork: every worker, restarted ones too, maps it
+        # before any fork: every worker, restarted ones too, maps it
+        self.memory = BrokerMemory.create(count, cluster=bool(config()["zookeeper.connect"]))
         self.broker_tag = broker_tag
         self.forget_parent_state = forget_parent_state  # in a new worker: close what the acceptor's loop holds
         self.cluster_id = ""

@@ -4,7 +4,8 @@ blocks, reassignments and election requests, in Kafka's layout (any broker
 makes them; the controller and the watches do the rest).
 
 Nothing here blocks the loop: every ZooKeeper call goes through kazoo's
-asynchronous API (``WorkerLink.call``), and each operation as a whole is
+asynchronous operations (``cluster/zk_ops.py``, on the acceptor's session
+in a broker), and each operation as a whole is
 bounded by ``timeout_s``.  While ZooKeeper cannot be reached kazoo queues the
 request; when the time is up the caller gets ``AdminError("unavailable")``
 and the loop has served everything else meanwhile.  (A queued request may
@@ -77,7 +78,7 @@ Decide = Callable[[bytes | None], Awaitable[object]]
 
 class ClusterAdmin:
     def __init__(self, link, timeout_s: float = ADMIN_TIMEOUT_S):
-        self.link = link  # WorkerLink: its session (``client``), ``call`` and ``image``
+        self.link = link  # its ``zk`` operations and its ``image``
         self.timeout_s = timeout_s
 
     # --- the one compare-and-set ------------------------------------------------------------------
@@ -95,19 +96,19 @@ class ClusterAdmin:
                 decision = await decide(data)
                 if not isinstance(decision, Write):
                     return decision
-                transaction = self._client().transaction()
+                ops: list[tuple] = []
                 if stat is None:
                     await self._ensure_parent(path)
-                    transaction.create(path, decision.data)
+                    ops.append(("create", path, decision.data))
                 else:
-                    transaction.set_data(path, decision.data, version=stat.version)
+                    ops.append(("set", path, decision.data, stat.version))
                 for extra in decision.also:
                     if extra.data is None:
-                        transaction.delete(extra.path, version=extra.version)
+                        ops.append(("delete", extra.path, extra.version))
                     else:
-                        transaction.set_data(extra.path, extra.data, version=extra.version)
+                        ops.append(("set", extra.path, extra.data, extra.version))
                 try:
-                    await self._commit(transaction, what)
+                    await self._commit(ops, what)
                 except AdminError as exc:
                     if exc.reason == "unavailable":
                         raise
@@ -121,10 +122,9 @@ class ClusterAdmin:
         topic exist, in one transaction (AdminError("exists") when it does)."""
         what = f"topic {assignment.topic!r}"
         async with self._bounded(what):
-            transaction = self._client().transaction()
-            transaction.create(znodes.topic_config_path(assignment.topic), znodes.encode_topic_config(config))
-            transaction.create(znodes.topic_path(assignment.topic), assignment.encode())
-            await self._commit(transaction, what)
+            await self._commit([("create", znodes.topic_config_path(assignment.topic),
+                                 znodes.encode_topic_config(config)),
+                                ("create", znodes.topic_path(assignment.topic), assignment.encode())], what)
 
     async def update_topic(self, topic: str,
                            change: Callable[[znodes.TopicAssignment], znodes.TopicAssignment]) -> None:
@@ -148,7 +148,7 @@ class ClusterAdmin:
         """Ask the controller to delete it (``/admin/delete_topics/<topic>``)."""
         async with self._bounded(f"deleting topic {topic!r}"):
             try:
-                await self._zk(self._client().create_async(f"{znodes.DELETE_TOPICS}/{topic}", makepath=True))
+                await self._zk(self._ops().create(f"{znodes.DELETE_TOPICS}/{topic}", makepath=True))
             except NodeExistsError:
                 pass  # already asked
 
@@ -178,7 +178,7 @@ class ClusterAdmin:
         the latest request wins."""
         async def decide(data):
             current = None
-            if data is not None and not await self._zk(self._client().exists_async(f"{znodes.DELETE_TOPICS}/{topic}")):
+            if data is not None and not await self._zk(self._ops().exists(f"{znodes.DELETE_TOPICS}/{topic}")):
                 current = self._decoded(topic, data)  # (a topic being deleted is as good as gone)
             image = self.link.image()
             planned, outcomes = reassignment.plan(topic, current, changes, image.live - image.shutting_down,
@@ -208,7 +208,7 @@ class ClusterAdmin:
         partitions, or of every topic when None."""
         async with self._bounded("listing reassignments"):
             if wanted is None:
-                topics = sorted(await self._zk(self._client().get_children_async(znodes.TOPICS)))
+                topics = sorted(await self._zk(self._ops().children(znodes.TOPICS)))
             else:
                 topics = sorted(wanted)
             reads = await asyncio.gather(*(self._read(znodes.topic_path(topic)) for topic in topics))
@@ -246,11 +246,8 @@ class ClusterAdmin:
         await self.compare_and_set(path, decide, path)
 
     # --- ZooKeeper calls ------------------------------------------------------------------------------
-    def _client(self):
-        client = self.link.client
-        if client is None:
-            raise AdminError("unavailable", "no ZooKeeper session (the worker is stopping)")
-        return client
+    def _ops(self):
+        return self.link.zk
 
     @contextlib.asynccontextmanager
     async def _bounded(self, what: str):
@@ -261,11 +258,11 @@ class ClusterAdmin:
         except TimeoutError:
             raise AdminError("unavailable", f"{what}: ZooKeeper did not answer within {self.timeout_s:g} s") from None
 
-    async def _zk(self, async_result):
-        """A kazoo asynchronous call's result; the node errors pass through, any
+    async def _zk(self, operation):
+        """A ZooKeeper operation's result; the node errors pass through, any
         other failure of ZooKeeper is AdminError("unavailable")."""
         try:
-            return await self.link.call(async_result)
+            return await operation
         except (NodeExistsError, NoNodeError, BadVersionError):
             raise
         except KazooException as exc:
@@ -274,18 +271,18 @@ class ClusterAdmin:
     async def _read(self, path: str):
         """(data, stat), or (None, None) when the znode does not exist."""
         try:
-            return await self._zk(self._client().get_async(path))
+            return await self._zk(self._ops().get(path))
         except NoNodeError:
             return None, None
 
     async def _ensure_parent(self, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
         if parent:
-            await self._zk(self._client().ensure_path_async(parent))
+            await self._zk(self._ops().ensure_path(parent))
 
-    async def _commit(self, transaction, what: str) -> None:
+    async def _commit(self, ops: list[tuple], what: str) -> None:
         # a failed transaction fails every operation: the one that failed carries its own error
-        results = await self._zk(transaction.commit_async())
+        results = await self._zk(self._ops().multi(ops))
         if any(isinstance(r, NodeExistsError) for r in results):
             raise AdminError("exists", f"{what} already exists")
         if any(isinstance(r, (NoNodeError, BadVersionError)) for r in results):

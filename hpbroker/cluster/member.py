@@ -2,9 +2,8 @@
 
 Joining: connect (one clear error when ZooKeeper does not answer), settle the
 cluster id with ``meta.properties``, take a broker id (configured, stored, or
-generated), register, then watch the cluster and stand for controller.
-Every change of the cluster image is handed to ``on_image`` from one thread,
-in order; the acceptor passes it on to its workers.
+generated), register, then watch the cluster and stand for controller.  The
+acceptor lends this session to its workers (``board_publisher``).
 
 Leaving: a controlled shutdown asks the controller to move this broker's
 leaderships away and waits until none is left, in the image and then in
@@ -49,17 +48,14 @@ class MemberSettings:
 
 
 class ClusterMember:
-    def __init__(self, settings: MemberSettings, on_image=lambda image: None):
+    def __init__(self, settings: MemberSettings):
         self.settings = settings
-        self.on_image = on_image
         self.client = None
         self.broker_id = -1
         self.cluster_id = ""
         self.registration: registration.Registration | None = None
         self.watcher: ImageWatcher | None = None
         self.controller: Controller | None = None
-        self._publisher: threading.Thread | None = None
-        self._stopped = threading.Event()
         self._session_ok = threading.Event()
 
     # --- joining ------------------------------------------------------------------------
@@ -94,8 +90,6 @@ class ClusterMember:
         self.watcher.start()
         self.controller = Controller(self.client, self.broker_id, self.watcher, s.controller)
         self.controller.start()
-        self._publisher = threading.Thread(target=self._publish, name="cluster-image", daemon=True)
-        self._publisher.start()
 
     def _broker_id(self, stored: int | None) -> int:
         configured = self.settings.broker_id
@@ -118,20 +112,6 @@ class ClusterMember:
     def image(self) -> ClusterImage:
         assert self.watcher is not None, "not joined"
         return self.watcher.image()
-
-    def _publish(self) -> None:
-        watcher = self.watcher
-        assert watcher is not None  # started by join() once the watcher is
-        generation = -1
-        while not self._stopped.is_set():
-            changed = watcher.wait_changed(generation, timeout=1.0)
-            if changed == generation or self._stopped.is_set():
-                continue
-            generation = changed
-            try:
-                self.on_image(watcher.image())
-            except Exception:
-                log.exception("handing the cluster image on failed")
 
     # --- leaving ---------------------------------------------------------------------------
     def controlled_shutdown(self, timeout_s: float) -> bool:
@@ -193,7 +173,6 @@ class ClusterMember:
         return self._handing_over(states, live)
 
     def close(self) -> None:
-        self._stopped.set()
         if self.controller is not None:
             self.controller.stop()
         if self.watcher is not None:

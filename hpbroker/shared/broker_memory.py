@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpbroker.shared.cluster_board import ClusterBoard
 from hpbroker.shared.counters import WriterCounters
 from hpbroker.shared.partition_table import PartitionTable
 from hpbroker.shared.payload_arena import PayloadArena
@@ -17,7 +18,9 @@ class BrokerMemory:
     partitions: PartitionTable
     topic_changes: WriterCounters  # one slot per worker: bumped after it changed the topics on disk
     payloads: PayloadArena  # records on their way to the worker owning their partition
+    board: ClusterBoard | None = None  # cluster mode: the cluster image and the session, from the acceptor
 
     @classmethod
-    def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS) -> BrokerMemory:
-        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers), PayloadArena(workers))
+    def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS, cluster: bool = False) -> BrokerMemory:
+        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers), PayloadArena(workers),
+                   ClusterBoard(workers) if cluster else None)

@@ -43,7 +43,7 @@ class ClusterTopics:
                  offsets_replication_factor: int):
         self.log_dirs = log_dirs
         self.log_config = log_config
-        self.link = link  # WorkerLink: its ``admin`` makes the writes
+        self.link = link  # SharedLink: its ``admin`` makes the writes
         self.default_replication_factor = default_replication_factor
         self.offsets_replication_factor = offsets_replication_factor
         self.image = ClusterImage()

@@ -16,7 +16,8 @@ import signal
 import socket
 from typing import cast
 
-from hpbroker.cluster.worker_link import Session, WorkerLink
+from hpbroker.cluster.session_tracker import Session
+from hpbroker.cluster.shared_link import SharedLink
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
@@ -106,13 +107,12 @@ class Worker:
         self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
 
     def _join_cluster(self) -> None:
-        """Cluster mode: this worker's own ZooKeeper session (opened after the
-        fork), and the topics as ZooKeeper holds them."""
+        """Cluster mode: the broker's ZooKeeper session as the acceptor lends it
+        (the image on the board, writes through its proxy), and the topics as
+        ZooKeeper holds them."""
         cfg = self.config
-        session_ms = cfg["zookeeper.session.timeout.ms"]
-        self.link = WorkerLink(cfg["zookeeper.connect"], session_ms,
-                               cfg["zookeeper.connection.timeout.ms"] or session_ms, self.cluster_id)
-        self.link.connect()
+        assert self.memory.board is not None, "cluster mode without a cluster board"
+        self.link = SharedLink(self.memory.board, self.index, self.broker_tag)
         self.topics = ClusterTopics(cfg.log_dirs, cfg.log, self.link,
                                     default_replication_factor=cfg["default.replication.factor"],
                                     offsets_replication_factor=cfg["offsets.topic.replication.factor"])
@@ -177,8 +177,7 @@ class Worker:
                                  partition_offsets=self.memory.partitions.reader())
         if self.link is not None:
             self._on_image()
-            self.link.publish_to(lambda image: loop.call_soon_threadsafe(self._on_image, image),
-                                 lambda session: loop.call_soon_threadsafe(self._on_session, session))
+            self.link.publish_to(self._on_image, self._on_session)
         self.endpoint = ControlEndpoint(self.control, on_connection=self._on_connection, on_stop=self.stopping.set,
                                         on_drain=lambda: loop.create_task(self._drain(report=True)),
                                         on_reload=self._reload)

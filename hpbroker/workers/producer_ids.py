@@ -53,7 +53,7 @@ class ClusterProducerIds:
     one, ever hand out the same id."""
 
     def __init__(self, link, broker_id: int):
-        self.link = link  # WorkerLink: its ``admin`` reserves the blocks
+        self.link = link  # SharedLink: its ``admin`` reserves the blocks
         self.broker_id = broker_id
         self._next = self._end = 0
         self._reserving = asyncio.Lock()  # one block reserved at a time, whoever asks meanwhile waits for it

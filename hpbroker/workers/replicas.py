@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from hpbroker.clock import SYSTEM, Clock
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
-from hpbroker.cluster.worker_link import Session
+from hpbroker.cluster.session_tracker import Session
 from hpbroker.replication.fetcher import FetcherSettings, ReplicaFetcher
 from hpbroker.replication.isr import LeaderState
 from hpbroker.sentinels import NO_LEADER
@@ -71,7 +71,7 @@ class ReplicaManager:
         self.index = index
         self.workers = workers
         self.logs = logs
-        self.link = link  # WorkerLink: propose_isr
+        self.link = link  # SharedLink: propose_isr, confirm, whether the session is tracked
         self.current_image = current_image or link.image  # the image roles are taken from
         self.changed = changed  # (Partition) -> None: the delayed operations on it look again
         self.publisher = publisher  # the shared partition table
@@ -110,10 +110,14 @@ class ReplicaManager:
 
     def _noticed_pause(self) -> bool:
         """True, and leaderships in doubt until the session is confirmed, when the
-        last tick is more than half a session timeout ago: the session may have
-        expired meanwhile without this worker hearing of it."""
+        last tick is more than half a session timeout ago, or when the acceptor
+        stopped tracking the session: it may have expired meanwhile without
+        this worker hearing of it."""
         if (self.clock.monotonic() - self._last_tick) * 1000 > self.settings.session_timeout_ms / 2:
-            self._suspect_pause()
+            self._suspect_pause("this worker was paused for longer than half the ZooKeeper session timeout")
+            return True
+        if not self.link.tracked():
+            self._suspect_pause("the acceptor stopped renewing its hold on the ZooKeeper session")
             return True
         return False
 
@@ -138,21 +142,21 @@ class ReplicaManager:
             assert partition.leadership is not None  # a leader's
             partition.leadership.state.skip_time(int(seconds * 1000), now)
 
-    def _suspect_pause(self) -> None:
+    def _suspect_pause(self, why: str) -> None:
         if self.suspect:
             return
         self.suspect = True
         self.publisher.revoke_lease()
         self._doubt_begins(self._last_tick)
-        log.warning("this worker was paused for longer than half the ZooKeeper session timeout: leaderships "
-                    "in doubt until the session is confirmed")
+        log.warning("%s: leaderships in doubt until the session is confirmed", why)
         asyncio.get_running_loop().create_task(self._confirm_session())
 
     async def _confirm_session(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             try:
-                await loop.run_in_executor(None, self.link.watcher.reread_states)
+                await self.link.confirm()
+                if not self.link.tracked():
+                    raise RuntimeError("the acceptor answered but does not renew its hold on the session")
                 break
             except Exception as exc:  # noqa: BLE001 - retried until ZooKeeper answers
                 log.warning("confirming the ZooKeeper session failed: %r", exc)
@@ -264,7 +268,7 @@ class ReplicaManager:
             self.publisher.revoke_lease()
             return
         # other workers may answer for our leaders until we would doubt them ourselves
-        self.publisher.grant_lease(now + self.settings.session_timeout_ms / 2000)
+        self.publisher.grant_lease(min(now + self.settings.session_timeout_ms / 2000, self.link.tracked_until()))
         for partition in self.leaders():
             wanted = self.wanted_isr(partition)
             if wanted is not None:

@@ -1,20 +1,23 @@
 """ZooKeeper members without a data plane (session, registration, image
 watcher, controller), for tests that drive the controller exactly, and the
 helpers those tests share (their fixtures ``start_members`` and ``admin`` are in
-conftest.py), and one worker's replica machinery wired to its own session
-(``worker``)."""
+conftest.py), a broker's session as its acceptor lends it to a worker
+(``LentSession``), and one worker's replica machinery wired to it (``worker``)."""
 
-import asyncio
 import contextlib
+import itertools
+import os
 
 from kazoo.client import KazooClient
 
 from harness.waiting import wait_for
 from hpbroker.cluster import registration, session, znodes
+from hpbroker.cluster.board_publisher import BoardPublisher
 from hpbroker.cluster.controller import Controller, ControllerSettings
+from hpbroker.cluster.shared_link import SharedLink
 from hpbroker.cluster.watcher import ImageWatcher
-from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.shared.cluster_board import ClusterBoard
 from hpbroker.storage import LogManager
 from hpbroker.storage.config import LogConfig
 from hpbroker.workers.cluster_topics import ClusterTopics
@@ -24,6 +27,30 @@ from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 
 SESSION_MS = 4000
 WAIT_S = 20
+
+
+_lent = itertools.count()
+
+
+class LentSession:
+    """A broker's one session as its acceptor holds it (the image watcher, the
+    board it publishes to, the proxy) and one worker's ``SharedLink`` to it,
+    in this process."""
+
+    def __init__(self, connect: str, session_ms: int = SESSION_MS):
+        self.client = session.connect(connect, session_ms, 10000)
+        self.watcher = ImageWatcher(self.client)
+        self.watcher.start()
+        self.board = ClusterBoard(1, half_bytes=1 << 20)
+        tag = f"test-{os.getpid()}-{next(_lent)}"
+        self.publisher = BoardPublisher(self.client, self.watcher, self.board, session_ms, tag)
+        self.link = SharedLink(self.board, 0, tag)
+
+    def close(self) -> None:
+        self.link.close()
+        self.publisher.close()
+        self.watcher.stop()
+        session.close(self.client)
 
 
 class Member:
@@ -118,8 +145,8 @@ class Worker:
 
 @contextlib.asynccontextmanager
 async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000):
-    link = WorkerLink(connect, SESSION_MS, 10000, "")
-    link.connect()
+    lent = LentSession(connect)
+    link = lent.link
     logs = LogManager([str(log_dir)], LogConfig(), replicated=True)
     topics = ClusterTopics([str(log_dir)], LogConfig(), link, default_replication_factor=2,
                            offsets_replication_factor=2)
@@ -127,7 +154,6 @@ async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000)
                                               SESSION_MS), 0, 1, logs, link)
     partitions = Partitions(logs, topics, replicas=replicas)
     replicas.changed = partitions.changed
-    loop = asyncio.get_running_loop()
 
     def on_image(_image=None):
         image = link.image()
@@ -137,11 +163,11 @@ async def worker(connect: str, log_dir, broker_id: int = 1, lag_ms: int = 10000)
     def on_session(session):
         replicas.set_session(session)
         on_image()
-    link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image),
-                    lambda session: loop.call_soon_threadsafe(on_session, session))
+    on_image()
+    link.publish_to(on_image, on_session)
     try:
         yield Worker(link, logs, topics, replicas, partitions)
     finally:
         await replicas.close()
-        link.close()
+        lent.close()
         logs.close()

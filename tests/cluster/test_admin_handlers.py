@@ -1,6 +1,6 @@
 """The replica admin handlers in cluster mode, called directly on a worker's
-view of a real ZooKeeper (its ``WorkerLink``, ``ClusterTopics`` and
-``ImageView``, as the worker wires them) with real controllers deciding:
+view of a real ZooKeeper (its ``SharedLink`` to the broker's session, its
+``ClusterTopics`` and ``ImageView``, as the worker wires them) with real controllers deciding:
 ElectLeaders waits for the elections it asked for, AlterPartitionReassignments
 and ListPartitionReassignments write and read the topic znodes, and an admin
 write waiting on a ZooKeeper that went away leaves the worker's loop serving.
@@ -18,7 +18,6 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 from harness.waiting import until
 from harness.zookeeper import ZooKeeperServer
 from hpbroker.cluster import znodes
-from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol.schemas import request_type
 from hpbroker.storage.config import LogConfig
@@ -26,7 +25,7 @@ from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.producer_ids import ClusterProducerIds
-from tests.cluster.members import SESSION_MS, WAIT_S, Member, set_isr, state, wait_state
+from tests.cluster.members import WAIT_S, LentSession, Member, set_isr, state, wait_state
 
 CREATE, INIT_PRODUCER_ID, ELECT, ALTER, LIST = 19, 22, 43, 45, 46
 
@@ -37,19 +36,19 @@ def kio(api_key: int, version: int):
 
 async def worker_view(chroot, tmp_path):
     """What a worker of broker 1 hands its handlers in cluster mode."""
-    link = WorkerLink(chroot, SESSION_MS, 10000, "")
-    link.connect()
+    lent = LentSession(chroot)
+    link = lent.link
     topics = ClusterTopics([str(tmp_path)], LogConfig(), link, default_replication_factor=2,
                            offsets_replication_factor=2)
     view = ImageView(BrokerNode(1, "127.0.0.1", 19001))
-    loop = asyncio.get_running_loop()
 
     def on_image(image):
         topics.apply(image)
         view.image = image
-    link.publish_to(lambda image: loop.call_soon_threadsafe(on_image, image), lambda healthy: None)
+    on_image(link.image())
+    link.publish_to(on_image, lambda session: on_image(link.image()))
     return SimpleNamespace(cluster=view, topics=topics, identity=SimpleNamespace(broker_id=1),
-                           producer_ids=ClusterProducerIds(link, 1)), link
+                           producer_ids=ClusterProducerIds(link, 1)), lent
 
 
 async def call(ctx, api_key: int, version: int, request):
@@ -81,7 +80,7 @@ def test_elect_leaders_in_a_cluster(start_members, admin, chroot, tmp_path):
     set_isr(admin, "t", 0, [2, 1])  # broker 1 caught up on partition 0, not on partition 2
 
     async def main():
-        ctx, link = await worker_view(chroot, tmp_path)
+        ctx, lent = await worker_view(chroot, tmp_path)
         try:
             await until(lambda: ctx.cluster.image.live == {1, 2} and 1 in ctx.cluster.image.states[("t", 0)].isr,
                         "the worker's image to show broker 1 back in sync")
@@ -100,7 +99,7 @@ def test_elect_leaders_in_a_cluster(start_members, admin, chroot, tmp_path):
             response = await call(ctx, ELECT, 1, elect_request(1, {"t": [0]}))
             assert codes(response) == {("t", 0): ErrorCode.election_not_needed}
         finally:
-            link.close()
+            lent.close()
 
     asyncio.run(main())
 
@@ -118,7 +117,7 @@ def test_alter_and_list_reassignments_in_a_cluster(start_members, admin, chroot,
                 for p, r in parts.items())) for topic, parts in changes.items()))
 
     async def main():
-        ctx, link = await worker_view(chroot, tmp_path)
+        ctx, lent = await worker_view(chroot, tmp_path)
         try:
             await until(lambda: ctx.cluster.image.live == {1, 2, 3}, "the worker's image to list every broker")
             response = await call(ctx, ALTER, 1, alter_request({"t": {0: [3, 2], 1: [2, 3, 1]}}, allow=False))
@@ -140,7 +139,7 @@ def test_alter_and_list_reassignments_in_a_cluster(start_members, admin, chroot,
             response = await call(ctx, LIST, 0, listing.ListPartitionReassignmentsRequest(topics=None))
             assert response.topics == ()
         finally:
-            link.close()
+            lent.close()
 
     asyncio.run(main())
 
@@ -155,12 +154,12 @@ def test_an_admin_write_waiting_on_zookeeper_leaves_the_loop_serving(tmp_path):
     create = kio(CREATE, 4)
 
     async def main():
-        ctx, link = await worker_view(server.connect, tmp_path)
+        ctx, lent = await worker_view(server.connect, tmp_path)
         try:
-            link.admin.timeout_s = 1.5
+            lent.link.admin.timeout_s = 1.5
             await until(lambda: ctx.cluster.image.live == {1}, "the worker's image to list broker 1")
             server.kill()
-            client = link.client
+            client = lent.client
             assert client is not None
             await until(lambda: not client.connected, "the worker to notice ZooKeeper is gone")
 
@@ -192,7 +191,7 @@ def test_an_admin_write_waiting_on_zookeeper_leaves_the_loop_serving(tmp_path):
             assert result.error_message == "topic 't': ZooKeeper did not answer within 1.5 s"
             assert (initialized.error_code, initialized.producer_id) == (ErrorCode.coordinator_not_available, -1)
         finally:
-            link.close()
+            lent.close()
 
     try:
         asyncio.run(main())

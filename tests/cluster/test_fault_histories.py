@@ -213,8 +213,9 @@ def test_a_leader_cut_off_from_zookeeper_alone_steps_down_and_names_the_new_lead
 
 def test_a_stalled_worker_waits_for_its_session_instead_of_refusing(zookeeper, chroot, tmp_path):
     """SIGSTOP of a leader's only worker, past half the session timeout and then
-    past all of it (its own session expires; the broker's registration, the
-    acceptor's, does not): producers see a delay, no refusal, nothing twice."""
+    past all of it (the broker's one session, the acceptor's, lives on; the
+    worker doubts its leaderships until the acceptor confirms them): producers
+    see a delay, no refusal, nothing twice."""
     cluster = Cluster(chroot, tmp_path, 3, overrides={**FAST, "min.insync.replicas": "2"})
     topic, partitions = "stalled", 3
     try:
@@ -251,5 +252,40 @@ def test_a_stalled_worker_waits_for_its_session_instead_of_refusing(zookeeper, c
         report = assert_clean(cluster, producers, consumer, topic, partitions)
         assert report.failed == 0
         assert "in doubt until the session is confirmed" in leader.log_text()  # the stall was noticed
+    finally:
+        cluster.close()
+
+
+def test_a_stalled_acceptor_puts_its_workers_in_doubt_and_loses_nothing(zookeeper, chroot, tmp_path):
+    """SIGSTOP of a leader's acceptor alone, the holder of the broker's one
+    ZooKeeper session: past half the session timeout its workers stop trusting
+    the session (its deadline on the board passed) and wait; past all of it
+    the session expires and the controller moves the leaderships away.  Either
+    way: nothing acknowledged lost, nothing stored twice."""
+    cluster = Cluster(chroot, tmp_path, 3, overrides={**FAST, "min.insync.replicas": "2"})
+    topic, partitions = "stalled-acceptor", 3
+    try:
+        cluster.start_all()
+        create(cluster, topic, partitions)
+        producers = ProducerHistory(cluster.bootstrap, topic, producers=2, partitions=partitions, rate=100,
+                                    config=PIPELINED)
+        consumer = ConsumerHistory(cluster.bootstrap, topic, partitions)
+        try:
+            wait_for(producers.progressed(300), WAIT_S, "writes to be acknowledged")
+            leader = cluster.brokers[cluster.leader_of(topic, 0)]
+            for stall_s in (SESSION_MS / 1000 / 2 + 1, SESSION_MS / 1000 + 2):
+                os.kill(leader.pid, signal.SIGSTOP)
+                stopped = time.monotonic()
+                try:
+                    wait_for(lambda: time.monotonic() - stopped >= stall_s, stall_s + 5, "the stall")
+                finally:
+                    os.kill(leader.pid, signal.SIGCONT)
+                wait_for(producers.progressed(300), WAIT_S, f"writes to go on after a {stall_s:.0f} s stall")
+        finally:
+            producers.stop()
+            consumer.stop()
+        report = assert_clean(cluster, producers, consumer, topic, partitions)
+        assert report.failed == 0
+        assert "the acceptor stopped renewing its hold on the ZooKeeper session" in leader.log_text()
     finally:
         cluster.close()

@@ -210,7 +210,7 @@ def test_kafka_python_clients_carry_on_through_a_leader_restart(cluster):
 
 def test_a_worker_killed_under_load_loses_nothing(zookeeper, chroot, tmp_path):
     """Two workers per broker: the leader's worker owning the partition dies;
-    the acceptor restarts it, it takes its roles again from its own session."""
+    the acceptor restarts it, it takes its roles again from the cluster board."""
     cluster = Cluster(chroot, tmp_path, 3, overrides={"min.insync.replicas": "2", "num.workers": "2"})
     try:
         cluster.start_all()

@@ -1,5 +1,5 @@
 """Partition reassignment (Kafka's KIP-455 in ZooKeeper mode) against a real
-ZooKeeper: requests made through a worker's ``WorkerLink.admin`` (what
+ZooKeeper: requests made through a worker's ``SharedLink.admin`` (what
 AlterPartitionReassignments does) or through Kafka's legacy
 ``/admin/reassign_partitions``, carried out by the controller of real
 ZooKeeper members.  The members have no data plane, so a new replica catching
@@ -12,18 +12,16 @@ import pytest
 
 from harness.waiting import until, wait_for
 from hpbroker.cluster import reassignment, znodes
-from hpbroker.cluster.worker_link import WorkerLink
 from hpbroker.errors import ErrorCode
-from tests.cluster.members import SESSION_MS, WAIT_S, controller_of, create_topic, set_isr, state, wait_state, worker
+from tests.cluster.members import WAIT_S, LentSession, controller_of, create_topic, set_isr, state, wait_state, worker
 
 
 @pytest.fixture
 def link(chroot, admin):
-    """A worker's session, as the reassignment handlers use it."""
-    found = WorkerLink(chroot, SESSION_MS, 10000, "")
-    found.connect()
-    yield found
-    found.close()
+    """A worker's link to its broker's session, as the reassignment handlers use it."""
+    lent = LentSession(chroot)
+    yield lent.link
+    lent.close()
 
 
 def admin_call(coro):
@@ -32,7 +30,10 @@ def admin_call(coro):
 
 
 def wait_live(link, *ids):
-    wait_for(lambda: link.image().live >= set(ids), WAIT_S, f"the worker's image to list brokers {ids}")
+    def listed() -> bool:
+        link.refresh()  # (no event loop reads the board for this test's thread)
+        return link.image().live >= set(ids)
+    wait_for(listed, WAIT_S, f"the worker's image to list brokers {ids}")
 
 
 def assignment(admin, topic) -> znodes.TopicAssignment:

@@ -1,6 +1,6 @@
 """A worker's replica roles against a real ZooKeeper: the states are written
-here as a controller would write them, and the worker's own session (a
-``WorkerLink``) brings them to a ``ReplicaManager`` over real logs.  The
+here as a controller would write them, and the broker's session, lent to
+the worker (a ``SharedLink``), brings them to a ``ReplicaManager`` over real logs.  The
 follower is played by ``FollowerFetch`` calls, exactly what the Fetch handler
 makes of a follower's request."""
 
