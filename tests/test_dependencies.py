@@ -27,7 +27,7 @@ ALLOWED = {
     "shared": {"server"},
     "workers": {"cluster", "kernels", "protocol", "records", "replication", "server", "shared", "storage"},
     # the libraries below them
-    "cluster": {"protocol"},
+    "cluster": {"protocol", "shared"},
     "kernels": set(),
     "protocol": set(),
     "records": {"kernels"},

@@ -41,8 +41,7 @@ class BoardPublisher:
         self.session_s = session_timeout_ms / 1000
         self._lock = threading.Lock()  # the board has one writer: the tracker's thread or a proxied re-read
         self._session = Session.CONNECTED
-        self._image = encode_image(watcher.image())
-        self.board.publish(self._image, self._session.value)  # before any worker is forked
+        self.board.publish(encode_image(watcher.image()), self._session.value)  # before any worker is forked
         self._renew()
         self.tracker = SessionTracker(client, watcher)
         self.tracker.start(self._on_image, self._on_session, on_tick=self._renew, tick_s=self.session_s / 6)
@@ -55,13 +54,15 @@ class BoardPublisher:
     def _on_image(self, image: ClusterImage) -> None:
         encoded = encode_image(image)
         with self._lock:
-            self._image = encoded
             self.board.publish(encoded, self._session.value)
 
     def _on_session(self, session: Session) -> None:
+        # with the image as it is now: a session CONNECTED again comes with the
+        # states just read, and a worker acts on both at once
+        encoded = encode_image(self.watcher.image())
         with self._lock:
             self._session = session
-            self.board.publish(None, session.value)
+            self.board.publish(encoded, session.value)
 
     def reread(self) -> int:
         """Read the partition states again (a worker doubted its leaderships) and
@@ -69,7 +70,6 @@ class BoardPublisher:
         self.watcher.reread_states()
         encoded = encode_image(self.watcher.image())
         with self._lock:
-            self._image = encoded
             self._renew()
             return self.board.publish(encoded, self._session.value)
 

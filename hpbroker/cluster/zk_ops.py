@@ -1,24 +1,29 @@
-"""The ZooKeeper operations a worker makes, as coroutines.
+"""The ZooKeeper operations a worker asks of its broker's one session, and
+how they travel to the acceptor that holds it (``zk_proxy``).
 
-Two implementations answer them alike: ``KazooOps`` over a kazoo client of
-this process (its asynchronous API bridged into asyncio futures, so the loop
-never blocks), and ``zk_proxy.ProxyOps``, which asks the acceptor to make
-them on the broker's one session.  Failures are kazoo's exceptions either
-way: ``NoNodeError``, ``NodeExistsError``, ``BadVersionError`` for the node
-races a caller handles, any other ``KazooException`` for ZooKeeper trouble.
+A worker awaits them as coroutines (``zk_proxy.ProxyOps``: get, exists,
+children, create, ensure_path, set, multi); failures are kazoo's exceptions:
+``NoNodeError``, ``NodeExistsError``, ``BadVersionError`` for the node races
+a caller handles, any other ``KazooException`` for ZooKeeper trouble.
 
 A transaction (``multi``) is a list of ``("create", path, data)``,
 ``("set", path, data, version)`` and ``("delete", path, version)``; its
 answer has one entry per operation, the failed ones as exception instances
 (kazoo's own convention: a failed transaction fails every operation, the
 one at fault with its own error).
+
+On the wire a frame is a 4-byte big-endian length and a msgpack-encoded
+``Request`` (an id and one operation) or ``Reply`` (the id and its outcome).
+The operations form a closed set of msgspec structs, so nothing but them is
+ever built from a frame.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import NamedTuple
+import struct
+from typing import NamedTuple, TypeVar
 
+import msgspec
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 # the node errors that pass between processes by name; anything else is ZooKeeper trouble
@@ -36,30 +41,6 @@ def error_named(name: str, message: str = "") -> KazooException:
     return cls() if cls is not None else KazooException(message or name)
 
 
-def _settle(future: asyncio.Future, value, error: BaseException | None) -> None:
-    if not future.done():
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
-
-
-def bridged(async_result) -> asyncio.Future:
-    """An asyncio future of a kazoo asynchronous call (its result or exception)."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def settle(result) -> None:
-        try:
-            value = result.get_nowait()
-        except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
-            loop.call_soon_threadsafe(_settle, future, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, future, value, None)
-    async_result.rawlink(settle)
-    return future
-
-
 def transaction_of(client, ops: list[tuple]):
     """A kazoo transaction holding ``ops`` (see the module's docstring)."""
     transaction = client.transaction()
@@ -75,38 +56,128 @@ def transaction_of(client, ops: list[tuple]):
     return transaction
 
 
-class KazooOps:
-    """The operations over a kazoo client of this process (``client()`` returns
-    it, or None once closed: then every call fails as ZooKeeper trouble)."""
+FRAME_LENGTH = struct.Struct(">I")
+MAX_FRAME = 16 << 20  # a znode is at most 1 MiB (jute.maxbuffer); a transaction a few of them
 
-    def __init__(self, client):
-        self._client = client
 
-    def _session(self):
-        client = self._client()
-        if client is None:
-            raise KazooException("no ZooKeeper session (stopping)")
-        return client
+def proxy_address(broker_tag: str) -> str:
+    return f"\0hpbroker-{broker_tag}-zookeeper"
 
-    async def get(self, path: str) -> tuple[bytes, Stat]:
-        data, stat = await bridged(self._session().get_async(path))
-        return data, Stat(stat.version, stat.mzxid)
 
-    async def exists(self, path: str) -> bool:
-        return await bridged(self._session().exists_async(path)) is not None
+# --- the operations ---------------------------------------------------------------------------
+class Get(msgspec.Struct, tag=True):
+    path: str
 
-    async def children(self, path: str) -> list[str]:
-        return list(await bridged(self._session().get_children_async(path)))
 
-    async def create(self, path: str, data: bytes = b"", makepath: bool = False) -> None:
-        await bridged(self._session().create_async(path, data, makepath=makepath))
+class Exists(msgspec.Struct, tag=True):
+    path: str
 
-    async def ensure_path(self, path: str) -> None:
-        await bridged(self._session().ensure_path_async(path))
 
-    async def set(self, path: str, data: bytes, version: int) -> Stat:
-        stat = await bridged(self._session().set_async(path, data, version=version))
-        return Stat(stat.version, stat.mzxid)
+class Children(msgspec.Struct, tag=True):
+    path: str
 
-    async def multi(self, ops: list[tuple]) -> list:
-        return list(await bridged(transaction_of(self._session(), ops).commit_async()))
+
+class Create(msgspec.Struct, tag=True):
+    path: str
+    data: bytes
+    makepath: bool
+
+
+class EnsurePath(msgspec.Struct, tag=True):
+    path: str
+
+
+class SetData(msgspec.Struct, tag=True):
+    path: str
+    data: bytes
+    version: int
+
+
+class Multi(msgspec.Struct, tag=True):
+    ops: list[tuple[str, str, bytes | None, int]]  # (kind, path, data or None, version or -1)
+
+
+def wire_op(op: tuple) -> tuple[str, str, bytes | None, int]:
+    """A ``zk_ops`` transaction operation as one shape, for the wire."""
+    if op[0] == "create":
+        return ("create", op[1], op[2], -1)
+    if op[0] == "set":
+        return ("set", op[1], op[2], op[3])
+    return (op[0], op[1], None, op[2])
+
+
+def unflat_op(op: tuple[str, str, bytes | None, int]) -> tuple:
+    kind, path, data, version = op
+    if kind == "create":
+        return (kind, path, data)
+    if kind == "set":
+        return (kind, path, data, version)
+    return (kind, path, version)
+
+
+class Reread(msgspec.Struct, tag=True):
+    """Read the partition states again and publish the image: the worker
+    doubted its leaderships and wants a view newer than its doubt."""
+
+
+Operation = Get | Exists | Children | Create | EnsurePath | SetData | Multi | Reread
+
+
+class Request(msgspec.Struct, array_like=True):
+    id: int
+    op: Operation
+
+
+# --- the outcomes -------------------------------------------------------------------------------
+class Node(msgspec.Struct, tag=True):
+    data: bytes
+    version: int
+    mzxid: int
+
+
+class Names(msgspec.Struct, tag=True):
+    names: list[str]
+
+
+class Done(msgspec.Struct, tag=True):
+    found: bool = True  # Exists: whether the node is there
+
+
+class Written(msgspec.Struct, tag=True):
+    version: int
+    mzxid: int
+
+
+class MultiDone(msgspec.Struct, tag=True):
+    errors: list[str]  # per operation: "" when it took, else its error's name
+
+
+class Generation(msgspec.Struct, tag=True):
+    generation: int  # the board's generation once the states were read again
+
+
+class Refused(msgspec.Struct, tag=True):
+    error: str  # a node error's name, else a description of ZooKeeper's trouble
+
+
+Outcome = Node | Names | Done | Written | MultiDone | Generation | Refused
+
+
+Answer = TypeVar("Answer", Node, Names, Done, Written, MultiDone, Generation)
+
+
+class Reply(msgspec.Struct, array_like=True):
+    id: int
+    outcome: Outcome
+
+
+REQUEST_DECODER = msgspec.msgpack.Decoder(Request)
+REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def frame(message: Request | Reply) -> bytes:
+    body = _encoder.encode(message)
+    return FRAME_LENGTH.pack(len(body)) + body
+
+

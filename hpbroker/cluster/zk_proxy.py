@@ -7,10 +7,8 @@ listens on an abstract Unix socket named after the broker; a worker connects
 from its event loop (``ProxyOps``) and sends operations, each answered when
 ZooKeeper answers, in any order.
 
-A frame is a 4-byte big-endian length and a msgpack-encoded ``Request`` (an
-id and one operation) or ``Reply`` (the id and its outcome).  The operations
-form a closed set of msgspec structs, so nothing but them is ever built from a
-frame; a frame that is no request closes that connection, with a log line.
+The frames and the operations are ``zk_ops``'; a frame that is no request
+closes that connection, with a log line.
 
 On the acceptor's side each connection has a reader thread, which starts each
 operation with kazoo's asynchronous API, and a writer thread, which sends the
@@ -25,147 +23,53 @@ import itertools
 import logging
 import queue
 import socket
-import struct
 import threading
 from collections.abc import Callable
-from typing import TypeVar
 
 import msgspec
 from kazoo.exceptions import KazooException
 
-from hpbroker.cluster.zk_ops import Stat, error_named, transaction_of
+from hpbroker.cluster.zk_ops import (
+    FRAME_LENGTH,
+    MAX_FRAME,
+    NODE_ERRORS,
+    REPLY_DECODER,
+    REQUEST_DECODER,
+    Answer,
+    Children,
+    Create,
+    Done,
+    EnsurePath,
+    Exists,
+    Generation,
+    Get,
+    Multi,
+    MultiDone,
+    Names,
+    Node,
+    Outcome,
+    Refused,
+    Reply,
+    Request,
+    Reread,
+    SetData,
+    Stat,
+    Written,
+    error_named,
+    frame,
+    proxy_address,
+    transaction_of,
+    unflat_op,
+    wire_op,
+)
 
 log = logging.getLogger(__name__)
-
-_LENGTH = struct.Struct(">I")
-MAX_FRAME = 16 << 20  # a znode is at most 1 MiB (jute.maxbuffer); a transaction a few of them
-
-
-def proxy_address(broker_tag: str) -> str:
-    return f"\0hpbroker-{broker_tag}-zookeeper"
-
-
-# --- the operations ---------------------------------------------------------------------------
-class Get(msgspec.Struct, tag=True):
-    path: str
-
-
-class Exists(msgspec.Struct, tag=True):
-    path: str
-
-
-class Children(msgspec.Struct, tag=True):
-    path: str
-
-
-class Create(msgspec.Struct, tag=True):
-    path: str
-    data: bytes
-    makepath: bool
-
-
-class EnsurePath(msgspec.Struct, tag=True):
-    path: str
-
-
-class SetData(msgspec.Struct, tag=True):
-    path: str
-    data: bytes
-    version: int
-
-
-class Multi(msgspec.Struct, tag=True):
-    ops: list[tuple[str, str, bytes | None, int]]  # (kind, path, data or None, version or -1)
-
-
-def _flat(op: tuple) -> tuple[str, str, bytes | None, int]:
-    """A ``zk_ops`` transaction operation as one shape, for the wire."""
-    if op[0] == "create":
-        return ("create", op[1], op[2], -1)
-    if op[0] == "set":
-        return ("set", op[1], op[2], op[3])
-    return (op[0], op[1], None, op[2])
-
-
-def _unflat(op: tuple[str, str, bytes | None, int]) -> tuple:
-    kind, path, data, version = op
-    if kind == "create":
-        return (kind, path, data)
-    if kind == "set":
-        return (kind, path, data, version)
-    return (kind, path, version)
-
-
-class Reread(msgspec.Struct, tag=True):
-    """Read the partition states again and publish the image: the worker
-    doubted its leaderships and wants a view newer than its doubt."""
-
-
-Operation = Get | Exists | Children | Create | EnsurePath | SetData | Multi | Reread
-
-
-class Request(msgspec.Struct, array_like=True):
-    id: int
-    op: Operation
-
-
-# --- the outcomes -------------------------------------------------------------------------------
-class Node(msgspec.Struct, tag=True):
-    data: bytes
-    version: int
-    mzxid: int
-
-
-class Names(msgspec.Struct, tag=True):
-    names: list[str]
-
-
-class Done(msgspec.Struct, tag=True):
-    found: bool = True  # Exists: whether the node is there
-
-
-class Written(msgspec.Struct, tag=True):
-    version: int
-    mzxid: int
-
-
-class MultiDone(msgspec.Struct, tag=True):
-    errors: list[str]  # per operation: "" when it took, else its error's name
-
-
-class Generation(msgspec.Struct, tag=True):
-    generation: int  # the board's generation once the states were read again
-
-
-class Refused(msgspec.Struct, tag=True):
-    error: str  # a node error's name, else a description of ZooKeeper's trouble
-
-
-Outcome = Node | Names | Done | Written | MultiDone | Generation | Refused
-
-
-_O = TypeVar("_O", Node, Names, Done, Written, MultiDone, Generation)
-
-
-class Reply(msgspec.Struct, array_like=True):
-    id: int
-    outcome: Outcome
-
-
-_request_decoder = msgspec.msgpack.Decoder(Request)
-_reply_decoder = msgspec.msgpack.Decoder(Reply)
-_encoder = msgspec.msgpack.Encoder()
-
-
-def _frame(message) -> bytes:
-    body = _encoder.encode(message)
-    return _LENGTH.pack(len(body)) + body
 
 
 # --- the acceptor's side -------------------------------------------------------------------------
 def _refused(exc: BaseException) -> Refused:
     name = type(exc).__name__
-    return Refused(name if name in ("NoNodeError", "NodeExistsError", "BadVersionError") else repr(exc))
+    return Refused(name if name in NODE_ERRORS else repr(exc))
 
 
 def _outcome_of(op, value) -> Outcome:
@@ -237,17 +141,17 @@ class ProxyServer:
     def _read(self, conn: socket.socket, replies: queue.SimpleQueue) -> None:
         try:
             while True:
-                header = _recv_exactly(conn, _LENGTH.size)
+                header = _recv_exactly(conn, FRAME_LENGTH.size)
                 if header is None:
                     return
-                (size,) = _LENGTH.unpack(header)
+                (size,) = FRAME_LENGTH.unpack(header)
                 body = _recv_exactly(conn, size) if size <= MAX_FRAME else None
                 if body is None:
                     if size > MAX_FRAME:
                         log.warning("a worker sent a ZooKeeper request of %d bytes; closing its connection", size)
                     return
                 try:
-                    request = _request_decoder.decode(body)
+                    request = REQUEST_DECODER.decode(body)
                 except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                     log.warning("a worker sent no ZooKeeper request (%s); closing its connection", exc)
                     return
@@ -279,7 +183,7 @@ class ProxyServer:
             elif isinstance(op, SetData):
                 pending = client.set_async(op.path, op.data, version=op.version)
             else:
-                pending = transaction_of(client, [_unflat(o) for o in op.ops]).commit_async()
+                pending = transaction_of(client, [unflat_op(o) for o in op.ops]).commit_async()
         except (KazooException, ValueError, TypeError) as exc:
             replies.put(Reply(request.id, _refused(exc)))
             return
@@ -303,7 +207,7 @@ class ProxyServer:
     def _write(conn: socket.socket, replies: queue.SimpleQueue) -> None:
         try:
             while (reply := replies.get()) is not None:
-                conn.sendall(_frame(reply))
+                conn.sendall(frame(reply))
         except OSError:
             pass
         finally:
@@ -346,7 +250,7 @@ class ProxyOps:
         future = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
         try:
-            writer.write(_frame(Request(call_id, op)))
+            writer.write(frame(Request(call_id, op)))
             return await future
         finally:
             self._pending.pop(call_id, None)
@@ -368,8 +272,8 @@ class ProxyOps:
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
-                reply = _reply_decoder.decode(await reader.readexactly(size))
+                (size,) = FRAME_LENGTH.unpack(await reader.readexactly(FRAME_LENGTH.size))
+                reply = REPLY_DECODER.decode(await reader.readexactly(size))
                 future = self._pending.get(reply.id)
                 if future is not None and not future.done():
                     future.set_result(reply.outcome)
@@ -391,7 +295,7 @@ class ProxyOps:
             self._reader_task.cancel()
 
     @staticmethod
-    def _expect(outcome: Outcome, kind: type[_O]) -> _O:
+    def _expect(outcome: Outcome, kind: type[Answer]) -> Answer:
         if isinstance(outcome, Refused):
             raise error_named(outcome.error, f"ZooKeeper refused: {outcome.error}")
         if not isinstance(outcome, kind):
@@ -419,7 +323,7 @@ class ProxyOps:
         return Stat(written.version, written.mzxid)
 
     async def multi(self, ops: list[tuple]) -> list:
-        done = self._expect(await self._ask(Multi([_flat(op) for op in ops])), MultiDone)
+        done = self._expect(await self._ask(Multi([wire_op(op) for op in ops])), MultiDone)
         return [error_named(name) if name else True for name in done.errors]
 
     async def reread(self) -> int:

@@ -15,7 +15,8 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from harness.broker import Broker
 from harness.waiting import until, wait_for
 from harness.zookeeper import four_letter
-from hpbroker.cluster.zk_proxy import ProxyOps, proxy_address
+from hpbroker.cluster.zk_ops import proxy_address
+from hpbroker.cluster.zk_proxy import ProxyOps
 from tests.cluster.members import LentSession
 
 
