@@ -469,3 +469,36 @@ def test_a_followers_single_batch_takes_the_same_way_as_the_scanned_path(tmp_pat
                   if batches_in(led[o])[0].header.base_offset < fast.log_end_offset])
     assert _state(fast) == _state(scanned)
     assert fast.producer_state.producers == scanned.producer_state.producers
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(appends=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([5, 100, 400])),
+                        min_size=1, max_size=30),
+       cut=st.one_of(st.none(), st.integers(0, 40)), segment_bytes=st.sampled_from([4500, 1 << 20]))
+def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_factory, appends, cut, segment_bytes):
+    """``LogSegment.read`` locates an offset among the segment's recent batches
+    without the index: for every offset, byte limit, offset bound and
+    ``min_one``, in every segment, after appends of one batch or several,
+    rolls and a truncation, it answers exactly as the scan of the segment does."""
+    log = Log.open(str(tmp_path_factory.mktemp("recent") / "t-0"), "t", 0,
+                   LogConfig(segment_bytes=segment_bytes, index_interval_bytes=300))
+
+    def append(items) -> None:
+        for i, (batches, count, size) in enumerate(items):
+            log.append(bytearray(b"".join(make_batch(count, value_size=size, tag=f"a{i}b{j}") for j in range(batches))))
+    append(appends)
+    if cut is not None:
+        log.truncate_to(min(cut, log.log_end_offset))
+        append(appends[:3])
+    end = log.log_end_offset
+    answered_from_recent = 0
+    for segment in log.segments:
+        for offset in range(segment.base_offset - 1, end + 2):
+            for max_bytes in (0, 1, 150, 800, 2500, 1 << 20):
+                for max_offset in (None, end, max(0, end - 3)):
+                    for min_one in (True, False):
+                        expected = segment.read_scanned(offset, max_bytes, max_offset, min_one)
+                        assert segment.read(offset, max_bytes, max_offset, min_one) == expected, \
+                            (segment.base_offset, offset, max_bytes, max_offset, min_one)
+                        answered_from_recent += segment.recent and offset >= segment.recent[0][0]
+    assert answered_from_recent > 0
