@@ -500,5 +500,5 @@ def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_facto
                         expected = segment.read_scanned(offset, max_bytes, max_offset, min_one)
                         assert segment.read(offset, max_bytes, max_offset, min_one) == expected, \
                             (segment.base_offset, offset, max_bytes, max_offset, min_one)
-                        answered_from_recent += segment.recent and offset >= segment.recent[0][0]
+                        answered_from_recent += bool(segment.recent) and offset >= segment.recent[0][0]
     assert answered_from_recent > 0
