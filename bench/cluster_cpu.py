@@ -75,8 +75,8 @@ def main() -> int:
     try:
         before = four_letter(zookeeper.port, b"cons").decode().count("sid=")
         cluster.start_all()
-        AdminClient({"bootstrap.servers": cluster.bootstrap}).create_topics(
-            [NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept: its futures die with it
+        admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].result(30)
         cluster.wait_in_sync(TOPIC, 1)
         sessions = four_letter(zookeeper.port, b"cons").decode().count("sid=") - before
         idle = cpu_per_second(cluster, 10)
