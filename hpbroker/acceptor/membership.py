@@ -5,9 +5,10 @@ The acceptor holds the broker's one ZooKeeper session: its registration,
 its controller candidacy, and the watches behind the cluster image, which it
 lends to the workers (the image and the session's state on the cluster
 board in shared memory, their writes through a proxy), so no kazoo object or
-thread of this process is ever used in a child.  Joining comes before the log directories are opened for writing: a
-wrong cluster id or a broker id held by a live broker stops the start with
-one line, and a generated id is known before ``meta.properties`` is written.
+thread of this process is ever used in a child.  Joining comes before the
+log directories are opened for writing: a wrong cluster id or a broker id
+held by a live broker stops the start with one line, and a generated id is
+known before ``meta.properties`` is written.
 
 A controlled shutdown runs on a thread while the acceptor's loop keeps
 serving: the workers must go on answering (NOT_LEADER_OR_FOLLOWER, so

@@ -20,7 +20,7 @@ from hpbroker.cluster.image import ClusterImage
 from hpbroker.cluster.session_tracker import Session, SessionTracker
 from hpbroker.cluster.watcher import ImageWatcher
 from hpbroker.cluster.zk_proxy import ProxyServer
-from hpbroker.shared.cluster_board import ClusterBoard
+from hpbroker.shared.cluster_board import ClusterBoard, ImageTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -51,27 +51,33 @@ class BoardPublisher:
         # workers trust the session for half a timeout past the last renewal; renewed every sixth
         self.board.renew(time.monotonic() + self.session_s / 2)
 
-    def _on_image(self, image: ClusterImage) -> None:
+    def _publish(self, image: ClusterImage) -> int:
+        """The board's new generation (the caller holds the lock)."""
         encoded = encode_image(image)
+        try:
+            return self.board.publish(encoded, self._session.value)
+        except ImageTooLarge as exc:  # the workers keep the last image; the session goes on being told
+            log.error("%s: the workers keep the last one that fitted", exc)
+            return self.board.publish(None, self._session.value)
+
+    def _on_image(self, image: ClusterImage) -> None:
         with self._lock:
-            self.board.publish(encoded, self._session.value)
+            self._publish(image)
 
     def _on_session(self, session: Session) -> None:
         # with the image as it is now: a session CONNECTED again comes with the
         # states just read, and a worker acts on both at once
-        encoded = encode_image(self.watcher.image())
         with self._lock:
             self._session = session
-            self.board.publish(encoded, session.value)
+            self._publish(self.watcher.image())
 
     def reread(self) -> int:
         """Read the partition states again (a worker doubted its leaderships) and
         publish the image with them; the board's new generation."""
         self.watcher.reread_states()
-        encoded = encode_image(self.watcher.image())
         with self._lock:
             self._renew()
-            return self.board.publish(encoded, self._session.value)
+            return self._publish(self.watcher.image())
 
     def close(self) -> None:
         self.proxy.close()

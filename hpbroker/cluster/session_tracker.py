@@ -62,6 +62,12 @@ class SessionTracker:
         self.watcher.poke()
 
     def _run(self, on_image, on_session, on_tick, tick_s: float) -> None:
+        try:
+            self._track(on_image, on_session, on_tick, tick_s)
+        except Exception:  # noqa: BLE001 - logged; the thread must not end silently (nobody would renew)
+            log.exception("tracking the ZooKeeper session failed; it is no longer published")
+
+    def _track(self, on_image, on_session, on_tick, tick_s: float) -> None:
         watcher = self.watcher
         generation, published = -1, Session.CONNECTED
         while not self._stopped.is_set():

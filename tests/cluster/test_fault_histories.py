@@ -211,6 +211,19 @@ def test_a_leader_cut_off_from_zookeeper_alone_steps_down_and_names_the_new_lead
         cluster.close()
 
 
+def stall_twice(pid: int, producers: ProducerHistory) -> None:
+    """SIGSTOP ``pid`` past half the session timeout, then past all of it; after
+    each, until the producers' writes are acknowledged again."""
+    for stall_s in (SESSION_MS / 1000 / 2 + 1, SESSION_MS / 1000 + 2):
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            wait_for(lambda: time.monotonic() - stopped >= stall_s, stall_s + 5, "the stall")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(producers.progressed(300), WAIT_S, f"writes to go on after a {stall_s:.0f} s stall")
+
+
 def test_a_stalled_worker_waits_for_its_session_instead_of_refusing(zookeeper, chroot, tmp_path):
     """SIGSTOP of a leader's only worker, past half the session timeout and then
     past all of it (the broker's one session, the acceptor's, lives on; the
@@ -230,14 +243,7 @@ def test_a_stalled_worker_waits_for_its_session_instead_of_refusing(zookeeper, c
             stalled = cluster.leader_of(topic, 0)
             leader = cluster.brokers[stalled]
             (worker,) = children(leader.pid)
-            for stall_s in (SESSION_MS / 1000 / 2 + 1, SESSION_MS / 1000 + 2):
-                os.kill(worker, signal.SIGSTOP)
-                stopped = time.monotonic()
-                try:
-                    wait_for(lambda: time.monotonic() - stopped >= stall_s, stall_s + 5, "the stall")
-                finally:
-                    os.kill(worker, signal.SIGCONT)
-                wait_for(producers.progressed(300), WAIT_S, f"writes to go on after a {stall_s:.0f} s stall")
+            stall_twice(worker, producers)
             after = {p: cluster.state(topic, p) for p in range(partitions)}
         finally:
             producers.stop()
@@ -273,14 +279,7 @@ def test_a_stalled_acceptor_puts_its_workers_in_doubt_and_loses_nothing(zookeepe
         try:
             wait_for(producers.progressed(300), WAIT_S, "writes to be acknowledged")
             leader = cluster.brokers[cluster.leader_of(topic, 0)]
-            for stall_s in (SESSION_MS / 1000 / 2 + 1, SESSION_MS / 1000 + 2):
-                os.kill(leader.pid, signal.SIGSTOP)
-                stopped = time.monotonic()
-                try:
-                    wait_for(lambda: time.monotonic() - stopped >= stall_s, stall_s + 5, "the stall")
-                finally:
-                    os.kill(leader.pid, signal.SIGCONT)
-                wait_for(producers.progressed(300), WAIT_S, f"writes to go on after a {stall_s:.0f} s stall")
+            stall_twice(leader.pid, producers)
         finally:
             producers.stop()
             consumer.stop()
