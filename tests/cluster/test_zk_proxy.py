@@ -2,10 +2,12 @@
 ``cluster/board_publisher.py``, ``cluster/shared_link.py``), against a real
 ZooKeeper: operations made through the proxy answer as kazoo's own would,
 node races included; a re-read publishes a fresher image; a connection that
-sends junk is closed alone; and a broker of three workers holds one session."""
+sends junk is closed alone; an image too large for the board is refused
+without stopping the board; and a broker of three workers holds one session."""
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 
@@ -15,9 +17,13 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from harness.broker import Broker
 from harness.waiting import until, wait_for
 from harness.zookeeper import four_letter
+from hpbroker.cluster import session, znodes
+from hpbroker.cluster.board_publisher import BoardPublisher, encode_image
+from hpbroker.cluster.watcher import ImageWatcher
 from hpbroker.cluster.zk_ops import proxy_address
 from hpbroker.cluster.zk_proxy import ProxyOps
-from tests.cluster.members import LentSession
+from hpbroker.shared.cluster_board import ClusterBoard
+from tests.cluster.members import SESSION_MS, LentSession
 
 
 @pytest.fixture
@@ -122,3 +128,27 @@ def test_a_broker_with_three_workers_holds_one_zookeeper_session(zookeeper, chro
         assert len(broker.worker_pids()) == 3
     finally:
         broker.stop()
+
+
+def test_an_image_too_large_for_the_board_keeps_the_last_one_and_the_session_told(chroot, caplog):
+    """The acceptor's publisher logs it, the workers keep the last image that
+    fitted, and the board goes on moving (session news, renewals)."""
+    caplog.set_level(logging.ERROR, logger="hpbroker.cluster.board_publisher")
+    client = session.connect(chroot, SESSION_MS, 10000)
+    watcher = ImageWatcher(client)
+    watcher.start()
+    board = ClusterBoard(1, half_bytes=len(encode_image(watcher.image())) + 200)
+    publisher = BoardPublisher(client, watcher, board, SESSION_MS, f"too-large-{os.getpid()}")
+    try:
+        first = board.read()
+        assert first is not None and first.image is not None
+        client.create(znodes.topic_path("big"), znodes.TopicAssignment("big", {p: [1] for p in range(50)}).encode(),
+                      makepath=True)
+        wait_for(lambda: "the workers keep the last one that fitted" in caplog.text, 20, "the publisher to refuse it")
+        now = board.read()
+        assert now is not None and now.generation > first.generation and now.image == first.image
+        assert board.tracked()
+    finally:
+        publisher.close()
+        watcher.stop()
+        session.close(client)
