@@ -38,12 +38,12 @@ from hpbroker.kernels.index_plan import plan_index_entries
 from hpbroker.storage import filenames, stats
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.offset_index import OffsetIndex
+from hpbroker.storage.recent_batches import NOT_COVERED, whole_batches
 from hpbroker.storage.time_index import TimeIndex
 
 _EMPTY = np.zeros(0, np.uint8)
 _IOV_MAX = 1024
 RECENT_BATCHES = 16  # per active segment, published for readers in other workers
-_NOT_RECENT = object()  # what the recent batches cannot tell
 
 
 class BatchLocation(NamedTuple):
@@ -322,43 +322,18 @@ class LogSegment:
         An offset among the recent batches (a follower or consumer at the tail) is
         located from them; any other is scanned for."""
         found = self._read_recent(offset, max_bytes, max_offset, min_one)
-        if found is not _NOT_RECENT:
+        if found is not NOT_COVERED:
             return cast("tuple[int, int] | None", found)
         return self.read_scanned(offset, max_bytes, max_offset, min_one)
 
     def _read_recent(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool):
-        """``read`` from ``recent`` alone, or ``_NOT_RECENT`` when it cannot tell:
-        the offset is older than the recent batches, or batches it does not hold
-        (not recorded, or written past them) would count."""
+        """``read`` from ``recent`` alone, or ``NOT_COVERED`` when it cannot tell
+        (the offset is older than the recent batches, or batches were written
+        past them, which the scan would count)."""
         recent = self.recent
-        if not recent or offset < recent[0][0]:
-            return _NOT_RECENT
-        entries = iter(recent)
-        for base, next_offset, position, size in entries:
-            if next_offset > offset:
-                break
-        else:
-            return _NOT_RECENT  # past the recent batches (at the end: found elsewhere as nothing)
-        if max_offset is not None and base >= max_offset:
-            return None
-        first_position, first_size = position, size
-        limit = min(self._state.size, first_position + max(max_bytes, 0))
-        end = first_position
-        while True:
-            if position != end:
-                return _NOT_RECENT  # a batch not recorded between two recorded ones
-            if position + size > limit or (max_offset is not None and base >= max_offset):
-                break
-            end = position + size
-            following = next(entries, None)
-            if following is None:
-                if end < self._state.size and end < limit:
-                    return _NOT_RECENT  # written after the recent batches: the scan would go on
-                break
-            base, _next, position, size = following
-        if end > first_position:
-            return first_position, end - first_position
-        return (first_position, first_size) if min_one else None
+        if not recent or recent[-1][2] + recent[-1][3] != self._state.size:
+            return NOT_COVERED
+        return whole_batches(recent, offset, max_bytes, max_offset, min_one)
 
     def read_scanned(self, offset: int, max_bytes: int, max_offset: int | None = None,
                      min_one: bool = True) -> tuple[int, int] | None:

@@ -15,6 +15,7 @@ import os
 import time
 
 from hpbroker.errors import ErrorCode
+from hpbroker.storage.recent_batches import whole_batches
 from hpbroker.workers import observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
@@ -45,17 +46,11 @@ def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: in
         return LocateResult(ErrorCode.none, hw, hw, start)  # nothing yet
     if recent is None:
         return None
-    batches = recent.batches
-    first = next((i for i, batch in enumerate(batches) if batch[1] > offset), None)
-    if first is None or batches[first][0] > offset:
-        return None  # older than the recent batches (or a gap): the owner's index knows
     # as Log.read: whole batches below the high watermark, at most max_bytes, at least one
-    position = batches[first][2]
-    size = batches[first][3]
-    for base, _next, at, length in batches[first + 1:]:
-        if base >= hw or at + length - position > max_bytes:
-            break
-        size = at + length - position
+    found = whole_batches(recent.batches, offset, max_bytes, hw, True)
+    if not isinstance(found, tuple):
+        return None  # (NOT_COVERED) older than the recent batches: the owner's index knows
+    position, size = found
     path = ctx.partition_dirs.segment_path(topic, partition, recent.segment_base)
     if path is None:
         return None
