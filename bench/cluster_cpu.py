@@ -106,7 +106,7 @@ def main() -> int:
                 for pid in broker.worker_pids().values():
                     out = args.profile / f"{role}-{broker_id}-{pid}.txt"
                     spies.append((out, subprocess.Popen(
-                        [spy, "record", "-p", str(pid), "-d", str(MEASURE_S), "-r", "200", "-f", "raw", "-o",
+                        [spy, "record", "-p", str(pid), "-d", str(MEASURE_S), "-r", "200", "-f", "raw", "--gil", "-o",
                          str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
         busy = cpu_per_second(cluster, MEASURE_S)
         for _, process in spies:

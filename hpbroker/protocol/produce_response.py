@@ -25,14 +25,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from hpbroker.varint import encode_uvarint
+from .wire_out import I32 as _I32, NO_TAGS, array_length as _array_length, string as _string
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _V0 = struct.Struct(">ihq")  # index, error, base offset
 _V2 = struct.Struct(">ihqq")  # and log_append_time
 _V5 = struct.Struct(">ihqqq")  # and log_start_offset
-NO_TAGS = b"\x00"
 MAX_VERSION = 10
 
 # (index, error code, base offset, log append time, log start offset, error message or None)
@@ -74,19 +71,3 @@ def encode(correlation_id: int, version: int, topics: Sequence[tuple[str, Sequen
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 
-
-def _uvarint(value: int) -> bytes:
-    return bytes((value,)) if value < 0x80 else encode_uvarint(value)
-
-
-def _array_length(out: bytearray, length: int, flexible: bool) -> None:
-    out += _uvarint(length + 1) if flexible else _I32.pack(length)
-
-
-def _string(out: bytearray, text: str | None, flexible: bool) -> None:
-    if text is None:
-        out += b"\x00" if flexible else _I16.pack(-1)
-        return
-    data = text.encode()
-    out += _uvarint(len(data) + 1) if flexible else _I16.pack(len(data))
-    out += data

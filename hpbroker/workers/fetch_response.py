@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hpbroker.protocol import wire_out
 from hpbroker.varint import encode_uvarint
 
 _I16 = struct.Struct(">h")
@@ -62,18 +63,10 @@ class _Writer:
         self.buf = bytearray()
 
     def array_length(self, n: int | None) -> None:
-        if self.flexible:
-            self.buf += encode_uvarint(0 if n is None else n + 1)
-        else:
-            self.buf += _I32.pack(-1 if n is None else n)
+        wire_out.array_length(self.buf, n, self.flexible)
 
     def string(self, text: str) -> None:
-        raw = text.encode()
-        if self.flexible:
-            self.buf += encode_uvarint(len(raw) + 1)
-        else:
-            self.buf += _I16.pack(len(raw))
-        self.buf += raw
+        wire_out.string(self.buf, text, self.flexible)
 
     def no_tags(self) -> None:
         if self.flexible:

@@ -4,14 +4,16 @@ partitions it owns and the lag of the groups it coordinates.
 
 prometheus-client's multiprocess mode writes every increment through a lock
 into a memory-mapped file (about 4 us each, and a produce request makes
-three), so the counters the request paths bump are added up here in plain
-dicts and written out once a second (``flush``; and at a worker's stop): a
+four), so what the request paths count is added up here in plain dicts and
+lists and written out once a second (``flush``; and at a worker's stop): a
 scrape may be a second behind, a SIGKILLed worker loses its last second of
-counts, no request pays for the file.  Latencies still go to their histogram
-one by one (a histogram takes no sums), through a child made once per API.
+counts, no request pays for the file.  A latency is counted in its bucket
+here too; the flush adds each bucket's count and the sum to the histogram's
+values (prometheus-client has no call that observes many at once).
 """
 
 import asyncio
+import bisect
 import logging
 import time
 
@@ -25,13 +27,14 @@ log = logging.getLogger(__name__)
 GAUGE_INTERVAL_S = 5.0
 FLUSH_INTERVAL_S = 1.0
 _API_NAMES: dict[tuple[int, int], str] = {}
-_LATENCY = {}  # API name -> its REQUEST_SECONDS child
+_LATENCY_BOUNDS = metrics.REQUEST_SECONDS._upper_bounds  # ascending, +Inf last
 # what is counted but not yet written: API name -> requests; topic -> bytes, records
 _requests: dict[str, int] = {}
 _bytes_in: dict[str, int] = {}
 _records_in: dict[str, int] = {}
 _bytes_out: dict[str, int] = {}
 _peer_payloads: dict[str, int] = {}  # "arena" or "inline" -> bytes sent to other workers that way
+_latencies: dict[str, list] = {}  # API name -> [seconds summed, count of bucket 0, bucket 1, ...]
 
 
 def install() -> None:
@@ -48,12 +51,14 @@ def api_name(api_key: int, api_version: int) -> str:
 
 
 def request_done(api_key: int, api_version: int, started: float) -> None:
-    name = api_name(api_key, api_version)
+    name = _API_NAMES.get((api_key, api_version)) or api_name(api_key, api_version)
     _requests[name] = _requests.get(name, 0) + 1
-    latency = _LATENCY.get(name)
-    if latency is None:
-        latency = _LATENCY[name] = metrics.REQUEST_SECONDS.labels(name)
-    latency.observe(time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    counts = _latencies.get(name)
+    if counts is None:
+        counts = _latencies[name] = [0.0] + [0] * len(_LATENCY_BOUNDS)
+    counts[0] += seconds
+    counts[1 + bisect.bisect_left(_LATENCY_BOUNDS, seconds)] += 1  # the first bucket whose bound it is within
 
 
 def appended(topic: str, size: int, records: int) -> None:
@@ -78,6 +83,14 @@ def flush() -> None:
         counts.clear()
         for label, amount in pending:
             counter.labels(label).inc(amount)
+    latencies = list(_latencies.items())
+    _latencies.clear()
+    for name, (seconds, *buckets) in latencies:
+        child = metrics.REQUEST_SECONDS.labels(name)
+        child._sum.inc(seconds)  # what Histogram.observe does, once for many
+        for value, count in zip(child._buckets, buckets):
+            if count:
+                value.inc(count)
 
 
 async def flush_forever() -> None:

@@ -287,7 +287,8 @@ class Harness:
                                config_for=self.topics.config_for, manage_root=False).open(clean_shutdown=True)
         self.partitions = Partitions(self.logs, self.topics, publisher=Publisher(self.memory.partitions.writer(0)))
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, 0, 1)
-        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()},
+                                      now=self.partitions.answer_now)
         owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"])
         listener = cfg.advertised
         self.identity = BrokerIdentity(cfg.broker_id, CLUSTER_ID, listener.host, listener.port)
@@ -321,8 +322,8 @@ class Harness:
         if response is None:
             return None
         api_key = header.api_key
-        if isinstance(response, list):  # written by the handler itself: Fetch, Produce
-            assert api_key in (FETCH, PRODUCE), "only Fetch and Produce answer with pieces"
+        if isinstance(response, list):  # written by the handler itself: Fetch, Produce, ListOffsets
+            assert api_key in (FETCH, PRODUCE, LIST_OFFSETS), "only Fetch, Produce and ListOffsets answer with pieces"
             data = _joined(response)
             (size,) = struct.unpack_from(">i", data)
             assert size == len(data) - 4, "the size prefix covers the frame"

@@ -3,13 +3,14 @@ local (-4), latest tiered (-5, = latest here) or the first offset at or after a
 timestamp.  Earliest and latest of a standalone partition, or of a leader
 within its worker's lease, come from the shared partition table its owner
 keeps current; everything else (a timestamp to look up in the index, a
-partition the table cannot answer for) is answered by the partition's owner."""
+partition the table cannot answer for) is answered by the partition's owner.
+The answer is written without kio objects (``protocol/list_offsets_response.py``)."""
 
 from hpbroker.errors import ErrorCode
+from hpbroker.protocol import list_offsets_response
 from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED
 from hpbroker.shared.partition_table import PartitionOffsets
 from hpbroker.workers.handlers.per_partition import ask_each, by_topic
-from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import ListedOffset, ListOffset
 
 API_KEY = 2
@@ -29,13 +30,9 @@ def published(offsets: PartitionOffsets, timestamp: int, current_leader_epoch: i
 
 
 async def handle(ctx, header, request):
-    m = response_module(API_KEY, header.api_version)
     work = [(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
             for t in request.topics for p in t.partitions]
     results = await ask_each(ctx, work, ListOffset, published=published)
-    return make(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
-        make(m.ListOffsetsTopicResponse, name=topic, partitions=tuple(
-            make(m.ListOffsetsPartitionResponse, partition_index=partition, error_code=r.error, timestamp=r.timestamp,
-                 offset=r.offset, leader_epoch=r.leader_epoch, old_style_offsets=(r.offset,))
-            for (_, partition, *_), r in rows))
-        for topic, rows in by_topic(work, results)))
+    return [list_offsets_response.encode(header.correlation_id, header.api_version, [
+        (topic, [(partition, r.error, r.timestamp, r.offset, r.leader_epoch) for (_, partition, *_), r in rows])
+        for topic, rows in by_topic(work, results)])]
