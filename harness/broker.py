@@ -249,6 +249,27 @@ class Broker:
                 found[int(index)] = int(pid)
         return found
 
+    def worker_holding(self, client_port: int) -> int | None:
+        """The index of the worker serving the client connection whose local port
+        is ``client_port`` (the kernel's socket table and each worker's
+        descriptors); None while no worker holds it (being handed over)."""
+        inode = _server_socket_inode(self.pid, self.port, client_port)
+        if inode is None:
+            return None
+        wanted = f"socket:[{inode}]"
+        for index, pid in self.worker_pids().items():
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == wanted:
+                        return index
+                except OSError:
+                    continue
+        return None
+
     def kill_worker(self, index: int, timeout: float = START_TIMEOUT_S) -> int:
         """SIGKILL worker ``index``; wait until the acceptor has a new one up.
         Returns the new pid."""
@@ -279,6 +300,23 @@ class Broker:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def _server_socket_inode(pid: int, server_port: int, client_port: int) -> int | None:
+    """The inode of the broker's end of an established TCP connection (in the
+    socket tables of the network namespace process ``pid`` is in)."""
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            if (state == "01" and int(local.rsplit(":", 1)[1], 16) == server_port
+                    and int(remote.rsplit(":", 1)[1], 16) == client_port and inode != "0"):
+                return int(inode)
+    return None
 
 
 def _alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ EXAMPLES = [
     Message(Kind.BOOT_FAILED, "cannot open /data/t-0: Permission denied"),
     Message(Kind.BOOT_FAILED, ""),
     Message(Kind.RELOAD, {"log.retention.ms": "1000", "log.dirs": "/data"}),
+    Message(Kind.MOVE, 1),
 ]
 
 
@@ -54,7 +55,7 @@ def test_a_boot_failure_reason_is_cut_even_inside_a_character():
     b"", b"hello", b"conn ", b"stop now", b"took\x00", b"HB 1 2 3 4",
     b"hb", b"hb 1 2 3", b"hb 1 2 3 4 5", b"hb 1 2 x 4", b"hb -1 2 3 4", b"hb 1  2 3",
     b"reload", b"reload not json", b"reload [1, 2]", b'reload "text"', b"reload {\xff}",
-    b"\xff\xfe", b"boot_failed x",
+    b"\xff\xfe", b"boot_failed x", b"move", b"move ", b"move -1", b"move one",
 ])
 def test_anything_else_is_a_control_message_error(data):
     with pytest.raises(ControlMessageError):
@@ -67,6 +68,7 @@ def test_anything_else_is_a_control_message_error(data):
     (Kind.HEARTBEAT, (1, 2, 3, 4)),
     (Kind.RELOAD, "{}"),
     (Kind.BOOT_FAILED, b"bytes"),
+    (Kind.MOVE, "1"),
 ])
 def test_a_payload_that_does_not_fit_the_kind_is_refused(kind, payload):
     with pytest.raises(ControlMessageError):

@@ -42,10 +42,15 @@ class HandOff:
     def __init__(self, slots):
         self.slots = slots
         self.waiting: deque[socket.socket] = deque()  # accepted, not with any worker yet
+        self.destined: dict[socket.socket, int] = {}  # waiting ones better served by this worker
         self._problems = Throttled(log)
 
-    def give(self, conn: socket.socket) -> None:
-        """A newly accepted connection: to a worker now, or as soon as one can take it."""
+    def give(self, conn: socket.socket, to: int | None = None) -> None:
+        """A newly accepted connection: to a worker now, or as soon as one can
+        take it; to worker ``to`` first when it can (a connection moved to the
+        owner of its partitions)."""
+        if to is not None:
+            self.destined[conn] = to
         self.waiting.append(conn)
         self.flush()
 
@@ -59,7 +64,8 @@ class HandOff:
     def _send(self, conn: socket.socket) -> bool:
         now = time.monotonic()
         candidates = [s for s in self.slots if s.ready and s.control is not None and now >= s.refused_until]
-        for slot in sorted(candidates, key=lambda s: s.connections + len(s.unacknowledged)):
+        destined = self.destined.get(conn)
+        for slot in sorted(candidates, key=lambda s: (s.index != destined, s.connections + len(s.unacknowledged))):
             try:
                 socket.send_fds(slot.control, [_CONN], [conn.fileno()])
             except (BlockingIOError, InterruptedError):
@@ -75,6 +81,7 @@ class HandOff:
                 continue
             slot.unacknowledged.append(conn)
             slot.connections += 1
+            self.destined.pop(conn, None)
             return True
         return False
 
@@ -111,6 +118,7 @@ class HandOff:
         for conn in self.waiting:
             conn.close()
         self.waiting.clear()
+        self.destined.clear()
         for slot in self.slots:
             for conn in slot.unacknowledged:
                 conn.close()

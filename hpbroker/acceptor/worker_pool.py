@@ -182,11 +182,14 @@ class WorkerPool:
         """Take every message waiting on ``slot``'s channel; at its end, close it."""
         while slot.control is not None:
             try:
-                data = slot.control.recv(control_channel.MAX_MESSAGE)
+                data, fds, flags, _ = socket.recv_fds(slot.control, control_channel.MAX_MESSAGE, 1)
             except BlockingIOError:
                 return
             except OSError:
-                data = b""
+                data, fds, flags = b"", [], 0
+            if fds or flags & socket.MSG_CTRUNC:
+                self._moved(slot, data, fds, flags)
+                continue
             if not data:
                 self.selector.unregister(slot.control)
                 slot.control.close()
@@ -213,6 +216,22 @@ class WorkerPool:
             else:
                 self.bad_messages.log(logging.WARNING, ("kind", slot.index), "ignoring a %s message from worker %d: "
                                       "it is the acceptor's to send", message.kind.value, slot.index)
+
+    def _moved(self, slot: WorkerSlot, data: bytes, fds: list[int], flags: int) -> None:
+        """A worker hands back a client connection for the worker its requests go to."""
+        message = self._decode(slot, data)
+        if message is None or message.kind is not Kind.MOVE or len(fds) != 1 or flags & socket.MSG_CTRUNC:
+            for fd in fds:
+                os.close(fd)
+            self.bad_messages.log(logging.WARNING, ("move", slot.index), "worker %d sent a descriptor that was no "
+                                  "move (or the acceptor is at its file-descriptor limit): that connection closes",
+                                  slot.index)
+            return
+        from hpbroker.server import metrics
+
+        metrics.CONNECTIONS_MOVED.inc()
+        log.debug("worker %d hands a connection to worker %s", slot.index, message.payload)
+        self.handoff.give(socket.socket(fileno=fds[0]), to=cast(int, message.payload))
 
     def _decode(self, slot: WorkerSlot, data: bytes) -> control_channel.Message | None:
         """The message a worker sent, or None (logged) when it is no message."""

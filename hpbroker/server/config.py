@@ -75,6 +75,9 @@ BROKER_KEYS = {
     "worker.heartbeat.interval.ms": (int, 1000),
     "worker.heartbeat.timeout.ms": (int, 30000),
     "shutdown.timeout.ms": (int, 30000),
+    # a client connection moves to the worker that owns the partitions of its last
+    # this many requests (all one worker's, not its own); 0: never (workers/affinity.py)
+    "connection.move.after.requests": (int, 8),
     "metrics.listen": (str, ""),
 }
 

@@ -20,6 +20,9 @@ worker -> acceptor:
   open partitions, bytes in and out so far);
 * ``took`` / ``lost``, ``drained``: the answers above;
 * ``closed`` when a client connection ends;
+* ``move <worker>``: a client socket (SCM_RIGHTS) to hand to that worker, whose
+  partitions the connection's requests go to (``workers/affinity.py``);
+  followed by the ``closed`` of the worker's own end of it;
 * ``boot-failed <why>`` before exiting with ``BOOT_FAILURE_EXIT``.
 
 A packet that is not one of these raises ``ControlMessageError``: the receiver
@@ -46,6 +49,7 @@ class Kind(enum.Enum):
     READY = "ready"
     HEARTBEAT = "hb"
     CLOSED = "closed"
+    MOVE = "move"
     BOOT_FAILED = "boot-failed"
 
 
@@ -58,7 +62,8 @@ class Heartbeat(NamedTuple):
 
 class Message(NamedTuple):
     kind: Kind
-    payload: Heartbeat | str | dict | None = None  # HEARTBEAT, BOOT_FAILED's reason, RELOAD's settings
+    # HEARTBEAT, BOOT_FAILED's reason, RELOAD's settings, the worker a MOVE goes to
+    payload: Heartbeat | str | dict | int | None = None
 
 
 class ControlMessageError(ValueError):
@@ -98,16 +103,27 @@ def _decode_settings(body: bytes) -> dict:
     return settings
 
 
+def _encode_worker(worker: int) -> bytes:
+    return b"%d" % worker
+
+
+def _decode_worker(body: bytes) -> int:
+    if not body.isdigit():
+        raise ControlMessageError(f"a move names a worker by its index, not {body[:80]!r}")
+    return int(body)
+
+
 # kind -> (payload type, encode, decode); the other kinds carry nothing
 _PAYLOADS = {
     Kind.HEARTBEAT: (Heartbeat, _encode_heartbeat, _decode_heartbeat),
     Kind.BOOT_FAILED: (str, _encode_reason, _decode_reason),
     Kind.RELOAD: (dict, _encode_settings, _decode_settings),
+    Kind.MOVE: (int, _encode_worker, _decode_worker),
 }
 _BY_NAME = {kind.value.encode(): kind for kind in Kind}
 
 
-def encode(kind: Kind, payload: Heartbeat | str | dict | None = None) -> bytes:
+def encode(kind: Kind, payload: Heartbeat | str | dict | int | None = None) -> bytes:
     """One packet's bytes; ``ControlMessageError`` when the payload does not
     fit the kind or the message would exceed ``MAX_MESSAGE``."""
     codec = _PAYLOADS.get(kind)

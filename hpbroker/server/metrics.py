@@ -39,6 +39,8 @@ GROUP_LAG = Gauge("hpbroker_consumer_group_lag", "Log end offset minus the group
                   ["group", "topic", "partition"], multiprocess_mode="livemax")
 FSYNC_SECONDS = Histogram("hpbroker_fsync_seconds", "fsync of a segment", buckets=_LATENCY_BUCKETS)
 WORKER_RESTARTS = Counter("hpbroker_worker_restarts", "Workers restarted after dying")
+CONNECTIONS_MOVED = Counter("hpbroker_connections_moved",
+                            "Client connections handed to the worker owning the partitions they ask for")
 
 
 def observe_fsync(seconds: float) -> None:

@@ -5,6 +5,9 @@ acks=all produce, appended, waiting for its replicas) lets the next request
 be handled; its answer, and every one after it, is then sent by the owed
 answers' sender in request order.
 
+Between requests, a connection whose partition requests all go to another
+worker's partitions is handed to that worker (``affinity.py``): ``move``.
+
 Bad input costs only this connection: an oversized frame, an unknown API key,
 an unsupported version (except ApiVersions, which gets Kafka's error-35
 answer) or a malformed body is logged with the client and closed; every other
@@ -32,7 +35,7 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.workers import observe
+from hpbroker.workers import affinity, observe
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 
@@ -68,13 +71,47 @@ def _close_made_regions(task: asyncio.Task) -> None:
         _close_regions(task.result())
 
 
+class _Frames:
+    """The frames read and not handled yet, and the one task waiting for them:
+    what the connection used of ``asyncio.Queue``, without its bookkeeping
+    (size limit, putters, task counts), which cost a few µs per request."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self):
+        self._items: collections.deque = collections.deque()
+        self._waiter: asyncio.Future | None = None
+
+    def put_nowait(self, item) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    async def get(self):
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._items.popleft()
+
+
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, ctx, routes, on_close):
+    def __init__(self, ctx, routes, on_close, move=None):
         self.ctx = ctx
         self.routes = routes
         self.on_close = on_close
+        self.move = move  # (connection, worker): hand this connection's socket to that worker
+        self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
         self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue = _Frames()
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.peer = "?"
         self.paused = False
@@ -156,8 +193,11 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _serve(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
+        affinity.ROUTE.set(self.route)
         try:
             while True:
+                if self.queue.empty() and self._moved():
+                    return
                 frame = await self.queue.get()
                 # Requests already received are handled even if the client has gone
                 # (an acks=0 produce still appends); a dropped connection stops here.
@@ -184,6 +224,20 @@ class KafkaConnection(asyncio.Protocol):
         finally:
             if self.sender is not None and not self.dropped:
                 await asyncio.shield(self.sender)  # owed answers go out before the connection is done
+
+    def _moved(self) -> bool:
+        """Hand the connection to the worker its requests go to, when there is
+        one and nothing of the stream is here (queued, part-read, owed or
+        unsent): the next byte the client sends is read there."""
+        if self.move is None:
+            return False
+        worker = self.route.elsewhere(self.ctx.index)
+        if (worker is None or self.sender is not None or self.splitter.buffered or self.closing or self.paused
+                or self.draining or self.transport.get_write_buffer_size()):
+            return False
+        self.closing = True
+        self.move(self, worker)
+        return True
 
     async def _send(self, pieces) -> bool:
         """Write one answer (and close its files); False when the connection was dropped for it."""
@@ -313,4 +367,5 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.write(piece)
                 self.ctx.bytes_out += len(piece)
-        await self.writable.wait()  # a slow reader: the transport asked us to pause
+        if not self.writable.is_set():
+            await self.writable.wait()  # a slow reader: the transport asked us to pause

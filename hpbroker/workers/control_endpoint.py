@@ -45,16 +45,21 @@ class ControlEndpoint:
         asyncio.get_running_loop().remove_reader(self.sock.fileno())
 
     # --- out -------------------------------------------------------------------------------
-    def send(self, kind: Kind, payload=None, then: Callable[[], None] | None = None) -> None:
-        self._outbox.append((control_channel.encode(kind, payload), then))
+    def send(self, kind: Kind, payload=None, then: Callable[[], None] | None = None, fd: int | None = None) -> None:
+        """Queue a message; ``fd`` (a descriptor of ours) goes along as SCM_RIGHTS
+        and is closed here once the message has left (or could not)."""
+        self._outbox.append((control_channel.encode(kind, payload), fd, then))
         if len(self._outbox) == 1:
             self._flush()
 
     def _flush(self) -> None:
         while self._outbox:
-            message, then = self._outbox[0]
+            message, fd, then = self._outbox[0]
             try:
-                self.sock.send(message)
+                if fd is None:
+                    self.sock.send(message)
+                else:
+                    socket.send_fds(self.sock, [message], [fd])
             except BlockingIOError:
                 if not self._waiting_writable:
                     asyncio.get_running_loop().add_writer(self.sock.fileno(), self._flush)
@@ -62,9 +67,14 @@ class ControlEndpoint:
                 return
             except OSError as exc:
                 log.warning("control channel: %s", exc)  # the acceptor is gone: reading stops us
+                for _message, left, _then in self._outbox:
+                    if left is not None:
+                        os.close(left)
                 self._outbox.clear()
                 return
             self._outbox.popleft()
+            if fd is not None:
+                os.close(fd)  # the message in flight holds the socket now
             if then is not None:
                 then()
         if self._waiting_writable:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import group_owner, partition_owner
+from hpbroker.workers import affinity
 from hpbroker.workers.owner_calls import (
     GROUP_CALLS,
     PARTITION_CALLS,
@@ -153,6 +154,7 @@ class Owners:
         by_owner: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
             by_owner.setdefault(self.owner_of(call), []).append(i)
+        affinity.saw(by_owner.keys())
         results: list = [None] * len(calls)
 
         async def one(worker: int, indexes: list[int]) -> None:

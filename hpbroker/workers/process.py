@@ -250,7 +250,7 @@ class Worker:
                                 ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
-        connection = KafkaConnection(self.ctx, ROUTES, self._closed)
+        connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if self.workers > 1 else None)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
 
@@ -260,6 +260,14 @@ class Worker:
         except OSError as exc:
             log.warning("could not adopt a connection: %s", exc)
             self._closed(connection)
+
+    def _move(self, connection, worker: int) -> None:
+        """Hand a connection's socket to ``worker`` through the acceptor; ours
+        closes (and is counted closed) without touching the TCP stream."""
+        transport = connection.transport
+        fd = os.dup(transport.get_extra_info("socket").fileno())
+        self.endpoint.send(Kind.MOVE, worker, fd=fd)
+        transport.abort()  # stops reading now; the descriptor closes, the stream lives on in the copy
 
     def _closed(self, connection) -> None:
         if connection in self.connections:

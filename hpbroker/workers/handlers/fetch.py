@@ -16,7 +16,7 @@ import time
 
 from hpbroker.errors import ErrorCode
 from hpbroker.storage.recent_batches import whole_batches
-from hpbroker.workers import observe
+from hpbroker.workers import affinity, observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
 from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, WaitForData
 
@@ -118,6 +118,7 @@ async def _wait_for_data(ctx, wanted, located, timeout_s, replica: bool):
     if not by_owner:
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
+    affinity.saw(by_owner.keys())  # a long poll is a round trip to each owner: the connection may move there
     waits = [asyncio.ensure_future(ctx.owners.ask(WaitForData(items, int(timeout_s * 1000), replica), owner))
              for owner, items in by_owner.items()]
     _done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
