@@ -46,7 +46,9 @@ class ClientConnection:
         correlation_id = next(self._ids) & 0x7FFFFFFF
         future = asyncio.get_running_loop().create_future()
         self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
-        self.writer.write(encode_request(request, correlation_id, self.client_id))
+        encode = getattr(request, "encode", None)  # a request that writes itself (fetch_request.py); else kio's
+        self.writer.write(encode(correlation_id, self.client_id) if encode is not None
+                          else encode_request(request, correlation_id, self.client_id))
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except asyncio.TimeoutError:

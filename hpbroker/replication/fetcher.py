@@ -22,14 +22,12 @@ The partition's log is reached through ``FollowerLog``: its end and epochs,
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -38,6 +36,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 
 from hpbroker.errors import ErrorCode
 from hpbroker.replication.client import ClientConnection
+from hpbroker.replication.fetch_request import ReplicaFetch
 from hpbroker.sentinels import UNDEFINED_EPOCH as UNDEFINED
 from hpbroker.storage.errors import OffsetOutOfRangeError
 
@@ -257,18 +256,11 @@ class ReplicaFetcher:
     async def _fetch(self, connection: ClientConnection, ready: list[Followed]) -> None:
         by_topic: dict[uuid.UUID, list] = {}
         for f in ready:
-            by_topic.setdefault(f.topic_id, []).append(FetchPartition(
-                partition=f.partition, current_leader_epoch=f.leader_epoch, fetch_offset=f.log.log_end_offset,
-                last_fetched_epoch=last_epoch(f.log), log_start_offset=f.log.log_start_offset,
-                partition_max_bytes=self.settings.partition_max_bytes))
-        request = FetchRequest(
-            cluster_id=None, replica_state=ReplicaState(replica_id=self.settings.broker_id,
-                                                        replica_epoch=self.broker_epoch()),
-            max_wait=datetime.timedelta(milliseconds=self.settings.max_wait_ms),
-            min_bytes=self.settings.min_bytes, max_bytes=self.settings.max_bytes, isolation_level=0,
-            session_id=0, session_epoch=-1,
-            topics=tuple(FetchTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=(), rack_id="")
+            by_topic.setdefault(f.topic_id, []).append((
+                f.partition, f.leader_epoch, f.log.log_end_offset, last_epoch(f.log), f.log.log_start_offset,
+                self.settings.partition_max_bytes))
+        request = ReplicaFetch(self.settings.broker_id, self.broker_epoch(), self.settings.max_wait_ms,
+                               self.settings.min_bytes, self.settings.max_bytes, list(by_topic.items()))
         response = await connection.send(request, timeout=self.settings.max_wait_ms / 1000 + 30)
         if response.error_code != ErrorCode.none:
             raise ConnectionError(f"fetch answered {response.error_code.name}")
