@@ -108,7 +108,7 @@ class KafkaConnection(asyncio.Protocol):
         self.ctx = ctx
         self.routes = routes
         self.on_close = on_close
-        self.move = move  # (connection, worker): hand this connection's socket to that worker
+        self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
         self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
         self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
         self.queue = _Frames()
@@ -235,8 +235,10 @@ class KafkaConnection(asyncio.Protocol):
         if (worker is None or self.sender is not None or self.splitter.buffered or self.closing or self.paused
                 or self.draining or self.transport.get_write_buffer_size()):
             return False
+        if not self.move(self, worker):
+            self.route.streak = 0  # stays; looks again after as many requests
+            return False
         self.closing = True
-        self.move(self, worker)
         return True
 
     async def _send(self, pieces) -> bool:

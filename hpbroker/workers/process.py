@@ -66,6 +66,7 @@ class Worker:
         self.stopping: asyncio.Event | None = None
         self.draining = self.drained = False
         self._tick_problems = Throttled(log)
+        self._move_problems = Throttled(log)
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         self._fd_ceiling = soft - FD_RESERVE  # connections beyond leave segment files no descriptors
 
@@ -261,13 +262,19 @@ class Worker:
             log.warning("could not adopt a connection: %s", exc)
             self._closed(connection)
 
-    def _move(self, connection, worker: int) -> None:
+    def _move(self, connection, worker: int) -> bool:
         """Hand a connection's socket to ``worker`` through the acceptor; ours
-        closes (and is counted closed) without touching the TCP stream."""
+        closes (and is counted closed) without touching the TCP stream. False
+        when it cannot go (no descriptor left for the copy): it stays."""
         transport = connection.transport
-        fd = os.dup(transport.get_extra_info("socket").fileno())
+        try:
+            fd = os.dup(transport.get_extra_info("socket").fileno())
+        except OSError as exc:
+            self._move_problems.log(logging.WARNING, "dup", "a connection stays on worker %d: %s", self.index, exc)
+            return False
         self.endpoint.send(Kind.MOVE, worker, fd=fd)
         transport.abort()  # stops reading now; the descriptor closes, the stream lives on in the copy
+        return True
 
     def _closed(self, connection) -> None:
         if connection in self.connections:
