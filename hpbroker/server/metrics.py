@@ -6,18 +6,56 @@ module is first imported), and the acceptor's ``/metrics`` reads them all.
 Gauges of a process that died are dropped (``mark_dead``), counters kept.
 """
 
+import math
 import os
+from collections.abc import Sequence
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, values
+from prometheus_client.utils import floatToGoString
 
 from hpbroker.server.metrics_dir import ENV
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+
+class SummedHistogram:
+    """A histogram whose caller counts the observations itself and hands them
+    over in one go: ``add(label values, seconds summed, count per bucket)``,
+    the buckets being ``bounds`` (the last +Inf). prometheus-client's
+    ``Histogram`` takes one observation at a time, each through a lock into
+    its multiprocess file, twice (about 10 µs a request); this writes the
+    same series a ``Histogram`` of that name writes (``_sum`` and each
+    ``_bucket``, whose ``_count`` and cumulation the scrape adds), with
+    prometheus-client's own value class."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]):
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets) + (math.inf,)
+        self._values: dict[tuple[str, ...], tuple] = {}
+
+    def add(self, labelvalues: tuple[str, ...], seconds: float, counts: Sequence[int]) -> None:
+        found = self._values.get(labelvalues)
+        if found is None:
+            found = self._values[labelvalues] = self._make(labelvalues)
+        total, buckets = found
+        total.inc(seconds)
+        for value, count in zip(buckets, counts):
+            if count:
+                value.inc(count)
+
+    def _make(self, labelvalues: tuple[str, ...]) -> tuple:
+        total = values.ValueClass("histogram", self.name, self.name + "_sum", self.labelnames, labelvalues,
+                                  self.documentation)
+        buckets = [values.ValueClass("histogram", self.name, self.name + "_bucket", self.labelnames + ("le",),
+                                     labelvalues + (floatToGoString(bound),), self.documentation)
+                   for bound in self.bounds]
+        return total, buckets
+
+
 REQUESTS = Counter("hpbroker_requests", "Requests handled", ["api"])
-REQUEST_SECONDS = Histogram("hpbroker_request_seconds",
-                            "Time from a request's decoding to its answer (long polls included)",
-                            ["api"], buckets=_LATENCY_BUCKETS)
+REQUEST_SECONDS = SummedHistogram("hpbroker_request_seconds",
+                                  "Time from a request's decoding to its answer (long polls included)",
+                                  ["api"], _LATENCY_BUCKETS)
 BYTES_IN = Counter("hpbroker_topic_bytes_in", "Record batch bytes appended", ["topic"])
 RECORDS_IN = Counter("hpbroker_topic_records_in", "Records appended", ["topic"])
 BYTES_OUT = Counter("hpbroker_topic_bytes_out", "Record batch bytes sent to fetchers", ["topic"])

@@ -8,8 +8,8 @@ four), so what the request paths count is added up here in plain dicts and
 lists and written out once a second (``flush``; and at a worker's stop): a
 scrape may be a second behind, a SIGKILLed worker loses its last second of
 counts, no request pays for the file.  A latency is counted in its bucket
-here too; the flush adds each bucket's count and the sum to the histogram's
-values (prometheus-client has no call that observes many at once).
+here too, and the flush hands the counts and their sum over at once
+(``metrics.SummedHistogram``).
 """
 
 import asyncio
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 GAUGE_INTERVAL_S = 5.0
 FLUSH_INTERVAL_S = 1.0
 _API_NAMES: dict[tuple[int, int], str] = {}
-_LATENCY_BOUNDS = metrics.REQUEST_SECONDS._upper_bounds  # ascending, +Inf last
+_LATENCY_BOUNDS = metrics.REQUEST_SECONDS.bounds  # ascending, +Inf last
 # what is counted but not yet written: API name -> requests; topic -> bytes, records
 _requests: dict[str, int] = {}
 _bytes_in: dict[str, int] = {}
@@ -86,11 +86,7 @@ def flush() -> None:
     latencies = list(_latencies.items())
     _latencies.clear()
     for name, (seconds, *buckets) in latencies:
-        child = metrics.REQUEST_SECONDS.labels(name)
-        child._sum.inc(seconds)  # what Histogram.observe does, once for many
-        for value, count in zip(child._buckets, buckets):
-            if count:
-                value.inc(count)
+        metrics.REQUEST_SECONDS.add((name,), seconds, buckets)
 
 
 async def flush_forever() -> None:
