@@ -10,6 +10,7 @@ from kio.schema.fetch.v15.request import FetchPartition, FetchRequest, FetchTopi
 from hpbroker.protocol.client_codec import encode_request
 from hpbroker.protocol.codec import decode_request
 from hpbroker.replication.fetch_request import ReplicaFetch
+from hpbroker.workers.kio_build import make
 
 int32 = st.integers(-(2**31), 2**31 - 1)
 int64 = st.integers(-(2**63), 2**63 - 1)
@@ -17,14 +18,15 @@ partition = st.tuples(int32, int32, int64, int32, int64, int32)
 topics = st.lists(st.tuples(st.uuids(), st.lists(partition, max_size=3)), max_size=3)
 
 
-def kio_request(fetch: ReplicaFetch) -> FetchRequest:
-    return FetchRequest(
-        cluster_id=None, replica_state=ReplicaState(replica_id=fetch.replica_id, replica_epoch=fetch.replica_epoch),
+def kio_request(fetch: ReplicaFetch):
+    return make(
+        FetchRequest, cluster_id=None, replica_state=make(ReplicaState, replica_id=fetch.replica_id,
+                                                          replica_epoch=fetch.replica_epoch),
         max_wait=datetime.timedelta(milliseconds=fetch.max_wait_ms), min_bytes=fetch.min_bytes,
         max_bytes=fetch.max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-        topics=tuple(FetchTopic(topic_id=topic_id, partitions=tuple(
-            FetchPartition(partition=p, current_leader_epoch=e, fetch_offset=o, last_fetched_epoch=le,
-                           log_start_offset=s, partition_max_bytes=m) for p, e, o, le, s, m in parts))
+        topics=tuple(make(FetchTopic, topic_id=topic_id, partitions=tuple(
+            make(FetchPartition, partition=p, current_leader_epoch=e, fetch_offset=o, last_fetched_epoch=le,
+                 log_start_offset=s, partition_max_bytes=m) for p, e, o, le, s, m in parts))
             for topic_id, parts in fetch.topics),
         forgotten_topics_data=(), rack_id="")
 
@@ -43,6 +45,7 @@ def test_the_broker_reads_it_as_the_follower_meant_it():
     topic_id = uuid.uuid4()
     fetch = ReplicaFetch(2, 7, 500, 1, 10 << 20, [(topic_id, [(0, 3, 1000, 3, 0, 1 << 20)])])
     header, request = decode_request(memoryview(fetch.encode(9, "broker-2"))[4:])
+    assert isinstance(request, FetchRequest)
     assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (1, 15, 9, "broker-2")
     assert (request.replica_state.replica_id, request.replica_state.replica_epoch) == (2, 7)
     [topic] = request.topics
