@@ -47,25 +47,18 @@ from .versions import SUPPORTED_VERSIONS
 _int32 = struct.Struct(">i")
 
 _reader = cache(entity_reader)
-# (api key, version) -> its request header version, for the versions served (checked once)
-_HEADER_VERSIONS: dict[tuple[int, int], int] = {}
 
 
 def decode_request(frame: bytes | memoryview,
                    supported: Mapping[int, tuple[int, int]] = SUPPORTED_VERSIONS,
                    ) -> tuple[RequestHeader, object]:
     api_key, api_version, _ = peek_prefix(frame)
-    header_version = _HEADER_VERSIONS.get((api_key, api_version)) if supported is SUPPORTED_VERSIONS else None
-    if header_version is None:
-        versions = supported.get(api_key)
-        if versions is None:
-            raise UnsupportedApiKey(_best_effort_header(frame))
-        if not versions[0] <= api_version <= versions[1] or request_type(api_key, api_version) is None:
-            raise UnsupportedVersion(_best_effort_header(frame), *versions)
-        header_version = request_header_version(api_key, api_version)
-        if supported is SUPPORTED_VERSIONS:
-            _HEADER_VERSIONS[(api_key, api_version)] = header_version
-    header, offset = parse_request_header(frame, header_version)
+    versions = supported.get(api_key)
+    if versions is None:
+        raise UnsupportedApiKey(_best_effort_header(frame))
+    if not versions[0] <= api_version <= versions[1] or request_type(api_key, api_version) is None:
+        raise UnsupportedVersion(_best_effort_header(frame), *versions)
+    header, offset = parse_request_header(frame, request_header_version(api_key, api_version))
     try:
         return header, decode_body(api_key, api_version, frame, offset)
     except MalformedRequest as exc:  # name what it was, for the one log line the server writes

@@ -21,7 +21,7 @@ request and the server needs the api key before it can pick a body schema.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from hpbroker.varint import (
     VarintError,
@@ -38,7 +38,8 @@ _int32 = struct.Struct(">i")
 PREFIX_SIZE = _prefix.size  # api_key, api_version, correlation_id: fixed in every version
 
 
-class RequestHeader(NamedTuple):  # a tuple: made on every request, and cheaper than a frozen dataclass
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
     api_key: int
     api_version: int
     correlation_id: int
@@ -63,10 +64,7 @@ def parse_request_header(frame: bytes | memoryview, header_version: int) -> tupl
     if header_version >= 1:
         client_id, pos = _read_client_id(frame, pos)
     if header_version == 2:
-        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: what every client sends
-            pos += 1
-        else:
-            pos = skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, header_version), pos
 
 
