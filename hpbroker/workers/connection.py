@@ -71,38 +71,6 @@ def _close_made_regions(task: asyncio.Task) -> None:
         _close_regions(task.result())
 
 
-class _Frames:
-    """The frames read and not handled yet, and the one task waiting for them:
-    what the connection used of ``asyncio.Queue``, without its bookkeeping
-    (size limit, putters, task counts), which cost a few µs per request."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self):
-        self._items: collections.deque = collections.deque()
-        self._waiter: asyncio.Future | None = None
-
-    def put_nowait(self, item) -> None:
-        self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def qsize(self) -> int:
-        return len(self._items)
-
-    def empty(self) -> bool:
-        return not self._items
-
-    async def get(self):
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        return self._items.popleft()
-
-
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, ctx, routes, on_close, move=None):
         self.ctx = ctx
@@ -111,7 +79,7 @@ class KafkaConnection(asyncio.Protocol):
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
         self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
         self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
-        self.queue = _Frames()
+        self.queue: asyncio.Queue = asyncio.Queue()
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.peer = "?"
         self.paused = False
@@ -369,5 +337,4 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.write(piece)
                 self.ctx.bytes_out += len(piece)
-        if not self.writable.is_set():
-            await self.writable.wait()  # a slow reader: the transport asked us to pause
+        await self.writable.wait()  # a slow reader: the transport asked us to pause

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
@@ -47,14 +46,10 @@ class Owner(Protocol):
 
 
 class LocalOwner:
-    """This worker's own services: call type -> the method answering it; and
-    ``now``, which answers a list of partition calls at once when they need
-    no waiting (None when they do), so the usual produce and fetch skip the
-    coroutines of ``call``."""
+    """This worker's own services: call type -> the method answering it."""
 
-    def __init__(self, handlers: dict, now: Callable[[list], list | None] | None = None):
+    def __init__(self, handlers: dict):
         self.handlers = dict(handlers)
-        self.now = now
 
     async def call(self, call):
         handler = self.handlers.get(type(call))
@@ -66,29 +61,13 @@ class LocalOwner:
                 result = await result
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            raise _failed(type(call).__name__, exc) from None
+        except OSError as exc:
+            log.exception("%s failed on its owner", type(call).__name__)
+            raise OwnerError(ErrorCode.kafka_storage_error, f"{type(call).__name__}: {exc}") from None
+        except Exception as exc:  # a bug: answered, logged, and this worker serves on
+            log.exception("%s failed on its owner", type(call).__name__)
+            raise OwnerError(ErrorCode.unknown_server_error, f"{type(call).__name__}: {exc!r}") from None
         return result
-
-    def call_now(self, calls: list) -> list | None:
-        """The results of ``calls``, as ``call(Batch(calls))`` would give them,
-        when they come without waiting; None when they would not."""
-        if self.now is None:
-            return None
-        try:
-            return self.now(calls)
-        except Exception as exc:
-            raise _failed("Batch", exc) from None
-
-
-def _failed(what: str, exc: Exception) -> OwnerError:
-    """An owner's handler raised: logged here, with its traceback; a disk error
-    is KAFKA_STORAGE_ERROR, anything else a bug (UNKNOWN_SERVER_ERROR), and
-    this worker serves on."""
-    log.exception("%s failed on its owner", what)
-    if isinstance(exc, OSError):
-        return OwnerError(ErrorCode.kafka_storage_error, f"{what}: {exc}")
-    return OwnerError(ErrorCode.unknown_server_error, f"{what}: {exc!r}")
 
 
 class PeerOwner:
@@ -164,13 +143,6 @@ class Owners:
 
         if len(by_owner) == 1:  # the common case: no tasks to make for one round trip
             [(worker, indexes)] = by_owner.items()
-            if worker == self.index:
-                try:
-                    now = self.local.call_now(calls)
-                except OwnerError as exc:
-                    return Batch(calls).unanswered(exc.error).results
-                if now is not None:
-                    return now
             await one(worker, indexes)
         else:
             await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))

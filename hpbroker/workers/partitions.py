@@ -159,17 +159,6 @@ class Partitions:
             results.append(await result if hasattr(result, "__await__") else result)
         return Batched(results)
 
-    def answer_now(self, calls: list) -> list | None:
-        """``batch`` without a coroutine: the results of calls answered at once,
-        while the leaderships are not in doubt; None for any other batch."""
-        if self.replicas is not None and not self.replicas.trusted():
-            return None
-        handlers = self._handlers
-        for one in calls:
-            if type(one) not in _IMMEDIATE:
-                return None
-        return [handlers[type(one)](one) for one in calls]
-
     def append(self, call: Append) -> AppendResult:
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
@@ -299,10 +288,6 @@ class Partitions:
             self._configs_generation = self.topics.generation
             self.logs.reconfigure()  # topic settings changed through any worker reach the open logs
         self.logs.tick(now_ms())
-
-
-# the calls whose handlers never wait (``answer_now``)
-_IMMEDIATE = frozenset((Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd))
 
 
 def _still(found: Partition, epoch: int) -> bool:

@@ -105,8 +105,7 @@ class Worker:
             self.replicas.changed = self.partitions.changed
             self.replicas.on_leadership = self._leadership_changed
         # what this worker answers, to its own handlers and to its peers alike
-        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()},
-                                      now=self.partitions.answer_now)
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
 
     def _join_cluster(self) -> None:
         """Cluster mode: the broker's ZooKeeper session as the acceptor lends it

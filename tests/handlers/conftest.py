@@ -287,8 +287,7 @@ class Harness:
                                config_for=self.topics.config_for, manage_root=False).open(clean_shutdown=True)
         self.partitions = Partitions(self.logs, self.topics, publisher=Publisher(self.memory.partitions.writer(0)))
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, 0, 1)
-        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()},
-                                      now=self.partitions.answer_now)
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
         owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"])
         listener = cfg.advertised
         self.identity = BrokerIdentity(cfg.broker_id, CLUSTER_ID, listener.host, listener.port)
