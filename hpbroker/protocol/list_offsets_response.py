@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from .wire_out import I32, NO_TAGS, array_length, string
+from .wire_out import I32, NO_TAGS, array_length, framed, response_start, string
 
 _V1 = struct.Struct(">ihqq")  # index, error, timestamp, offset
 _V4 = struct.Struct(">ihqqi")  # and leader epoch
@@ -37,10 +37,7 @@ def encode(correlation_id: int, version: int, topics: Sequence[tuple[str, Sequen
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"no ListOffsets response v{version} is written here")
     flexible = version >= 6
-    out = bytearray(b"\0\0\0\0")
-    out += I32.pack(correlation_id)
-    if flexible:
-        out += NO_TAGS
+    out = response_start(correlation_id, flexible)
     if version >= 2:
         out += I32.pack(throttle_ms)
     array_length(out, len(topics), flexible)
@@ -58,5 +55,4 @@ def encode(correlation_id: int, version: int, topics: Sequence[tuple[str, Sequen
             out += NO_TAGS
     if flexible:
         out += NO_TAGS
-    I32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return framed(out)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from .wire_out import I32 as _I32, NO_TAGS, array_length as _array_length, string as _string
+from .wire_out import I32 as _I32, NO_TAGS, array_length as _array_length, framed, response_start, string as _string
 
 _V0 = struct.Struct(">ihq")  # index, error, base offset
 _V2 = struct.Struct(">ihqq")  # and log_append_time
@@ -42,10 +42,7 @@ def encode(correlation_id: int, version: int, topics: Sequence[tuple[str, Sequen
     if not 0 <= version <= MAX_VERSION:
         raise ValueError(f"no Produce response v{version}")
     flexible = version >= 9
-    out = bytearray(b"\0\0\0\0")
-    out += _I32.pack(correlation_id)
-    if flexible:
-        out += NO_TAGS
+    out = response_start(correlation_id, flexible)
     _array_length(out, len(topics), flexible)
     for name, partitions in topics:
         _string(out, name, flexible)
@@ -68,6 +65,5 @@ def encode(correlation_id: int, version: int, topics: Sequence[tuple[str, Sequen
         out += _I32.pack(throttle_ms)
     if flexible:
         out += NO_TAGS
-    _I32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    return framed(out)
 

@@ -34,3 +34,19 @@ def string(out: bytearray, text: str | None, flexible: bool) -> None:
     data = text.encode()
     out += uvarint(len(data) + 1) if flexible else I16.pack(len(data))
     out += data
+
+
+def response_start(correlation_id: int, flexible: bool) -> bytearray:
+    """A response frame's first bytes: its size, to be set by ``framed``, and
+    the response header (v1, for a flexible version, adds an empty tag section)."""
+    out = bytearray(I32.pack(0))
+    out += I32.pack(correlation_id)
+    if flexible:
+        out += NO_TAGS
+    return out
+
+
+def framed(out: bytearray) -> bytes:
+    """The frame ``response_start`` began, its size set."""
+    I32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
