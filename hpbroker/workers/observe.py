@@ -4,7 +4,7 @@ partitions it owns and the lag of the groups it coordinates.
 
 prometheus-client's multiprocess mode writes every increment through a lock
 into a memory-mapped file (about 4 us each, and a produce request makes
-four), so what the request paths count is added up here in plain dicts and
+five), so what the request paths count is added up here in plain dicts and
 lists and written out once a second (``flush``; and at a worker's stop): a
 scrape may be a second behind, a SIGKILLed worker loses its last second of
 counts, no request pays for the file.  A latency is counted in its bucket
