@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from hpbroker.protocol import wire_out
 
 API_KEY, VERSION = 1, 15
-_PREFIX = struct.Struct(">ihhi")  # size (patched), api key, version, correlation id
+_PREFIX = struct.Struct(">ihhi")  # size (set by framed), api key, version, correlation id
 _LIMITS = struct.Struct(">iiibii")  # max wait, min bytes, max bytes, isolation, session id, session epoch
 _PARTITION = struct.Struct(">iiqiqi")
 _REPLICA_STATE = struct.Struct(">iq")
@@ -70,5 +70,4 @@ class ReplicaFetch:
         wire_out.string(out, "", flexible=True)  # rack id
         out += b"\x01" + _REPLICA_STATE_TAG  # one tagged field
         out += _REPLICA_STATE.pack(self.replica_id, self.replica_epoch) + wire_out.NO_TAGS
-        struct.pack_into(">i", out, 0, len(out) - 4)
-        return bytes(out)
+        return wire_out.framed(out)
