@@ -1,4 +1,5 @@
-"""What the hand-written response encoders share: Kafka's lengths in the
+"""What the hand-written encoders share (the Produce, ListOffsets and Fetch
+responses, a follower's Fetch request): Kafka's lengths in the
 classic layout (int32 arrays, int16 strings, -1 for null) and in the flexible
 one (KIP-482: unsigned varints of length + 1, 0 for null; an empty tagged-field
 section is one zero byte), appended to a bytearray."""
