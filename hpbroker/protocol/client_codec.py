@@ -28,11 +28,11 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from . import wire_out
 from .header import skip_tagged_fields
 from .schemas import request_header_version, response_header_version, response_type
 
 _request_prefix = struct.Struct(">ihhi")  # size, api_key, api_version, correlation_id
-_int16 = struct.Struct(">h")
 _int32 = struct.Struct(">i")
 MAX_RESPONSE_BYTES = 256 << 20  # a larger size prefix is a broken stream, not a response
 
@@ -40,20 +40,22 @@ _reader = cache(entity_reader)
 _writer = cache(entity_writer)
 
 
-def encode_request(request, correlation_id: int, client_id: str | None) -> bytes:
-    """The framed ``request`` (a kio request object), size prefix included."""
-    api_key, version = int(request.__api_key__), int(request.__version__)
-    out = io.BytesIO()
-    out.write(_request_prefix.pack(0, api_key, version, correlation_id))
+def request_start(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytearray:
+    """A request frame's first bytes: its size, to be set by ``wire_out.framed``,
+    and the request header of the version the api key and version call for."""
+    out = bytearray(_request_prefix.pack(0, api_key, version, correlation_id))
     header_version = request_header_version(api_key, version)
     if header_version >= 1:
-        if client_id is None:
-            out.write(_int16.pack(-1))
-        else:
-            name = client_id.encode()
-            out.write(_int16.pack(len(name)) + name)
+        wire_out.string(out, client_id, flexible=False)  # the client id keeps its int16 length in every version
     if header_version >= 2:
-        out.write(b"\x00")  # no tagged fields
+        out += wire_out.NO_TAGS
+    return out
+
+
+def encode_request(request, correlation_id: int, client_id: str | None) -> bytes:
+    """The framed ``request`` (a kio request object), size prefix included."""
+    out = io.BytesIO()
+    out.write(request_start(int(request.__api_key__), int(request.__version__), correlation_id, client_id))
     _writer(type(request))(out, request)
     buf = out.getbuffer()
     _int32.pack_into(buf, 0, len(buf) - 4)

@@ -24,10 +24,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hpbroker.protocol import wire_out
+from hpbroker.protocol import client_codec, wire_out
 
 API_KEY, VERSION = 1, 15
-_PREFIX = struct.Struct(">ihhi")  # size (set by framed), api key, version, correlation id
 _LIMITS = struct.Struct(">iiibii")  # max wait, min bytes, max bytes, isolation, session id, session epoch
 _PARTITION = struct.Struct(">iiqiqi")
 _REPLICA_STATE = struct.Struct(">iq")
@@ -54,9 +53,7 @@ class ReplicaFetch:
 
     def encode(self, correlation_id: int, client_id: str | None) -> bytes:
         """The framed request, size prefix included."""
-        out = bytearray(_PREFIX.pack(0, API_KEY, VERSION, correlation_id))
-        wire_out.string(out, client_id, flexible=False)  # the header's client id keeps its int16 length
-        out += wire_out.NO_TAGS
+        out = client_codec.request_start(API_KEY, VERSION, correlation_id, client_id)
         out += _LIMITS.pack(self.max_wait_ms, self.min_bytes, self.max_bytes, 0, 0, -1)
         wire_out.array_length(out, len(self.topics), flexible=True)
         for topic_id, partitions in self.topics:

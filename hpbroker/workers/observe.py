@@ -51,7 +51,7 @@ def api_name(api_key: int, api_version: int) -> str:
 
 
 def request_done(api_key: int, api_version: int, started: float) -> None:
-    name = _API_NAMES.get((api_key, api_version)) or api_name(api_key, api_version)
+    name = api_name(api_key, api_version)
     _requests[name] = _requests.get(name, 0) + 1
     seconds = time.perf_counter() - started
     counts = _latencies.get(name)
