@@ -28,6 +28,8 @@ FAST = {
     "default.replication.factor": "3",
     "controlled.shutdown.retry.backoff.ms": "1000",
     "num.workers": "1",
+    # three brokers on one host: pinned, every broker's worker 0 would share CPU 0
+    "worker.cpu.affinity": "none",
 }
 WAIT_S = 60
 

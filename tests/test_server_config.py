@@ -1,5 +1,7 @@
 """The broker's configuration: Kafka's names, files, overrides, unknown keys."""
 
+import os
+
 import pytest
 
 from hpbroker.server.config import BrokerConfig, parse_listener, parse_overrides, read_properties_file
@@ -47,6 +49,9 @@ def test_a_wildcard_listener_needs_an_advertised_address():
     ({"num.partitions": "many"}, "invalid value 'many' for num.partitions"),
     ({"log.segment.bytes": "1"}, "must be at least"),
     ({"auto.create.topics.enable": "yes"}, "expected true or false"),
+    ({"worker.cpu.affinity": "0,a"}, "worker.cpu.affinity: expected auto, none or a CPU list"),
+    ({"worker.cpu.affinity": "1-0"}, "range 1-0 runs backwards"),
+    ({"worker.cpu.affinity": "4096"}, "CPU 4096 is not among the CPUs this process may use"),
 ])
 def test_bad_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -69,3 +74,17 @@ def test_overrides_need_an_equals_sign():
 def test_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         read_properties_file(str(tmp_path / "nope.properties"))
+
+
+def test_worker_cpus_follow_worker_cpu_affinity():
+    usable = sorted(os.sched_getaffinity(0))
+
+    def cpus(**settings):
+        return BrokerConfig.from_sources(overrides={"num.workers": "3", **settings}).worker_cpus
+
+    assert cpus() == [usable[i % len(usable)] for i in range(3)]  # auto: one usable CPU each, wrapping
+    assert cpus(**{"worker.cpu.affinity": "none"}) == [None, None, None]
+    assert cpus(**{"worker.cpu.affinity": f"{usable[0]}"}) == [usable[0]] * 3
+    first, last = usable[0], usable[-1]
+    listed = [last, first] if last != first else [first]  # in the order given, each once
+    assert cpus(**{"worker.cpu.affinity": f"{last}-{last},{first}"}) == [listed[i % len(listed)] for i in range(3)]

@@ -68,7 +68,8 @@ _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 STATUS_INTERVAL_S = 5.0
 # Settings that shape the process tree or the directories: a reload cannot change them.
 RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
-                               "num.workers", "zookeeper.connect", "socket.request.max.bytes"})
+                               "num.workers", "worker.cpu.affinity", "zookeeper.connect",
+                               "socket.request.max.bytes"})
 
 
 class BrokerStartError(Exception):
@@ -108,7 +109,7 @@ class Supervisor:
         self.stopping = False
         self.exit_code = 0
         self.boot_failure = ""
-        self.pool = WorkerPool(config.num_workers, self.selector, lambda: self.config, f"{os.getpid()}",
+        self.pool = WorkerPool(config.worker_cpus, self.selector, lambda: self.config, f"{os.getpid()}",
                                self._forget_parent_state)
         self.accepting = False  # the listener is in the selector
         self.scraping = False  # the metrics listener is in the selector

@@ -2,8 +2,9 @@
 worker's life, from its fork to its last exit code.
 
 A slot stays for the broker's lifetime; the process in it changes.  It names
-the CPU its worker is pinned to (``cpus[index % len(cpus)]`` of the acceptor's
-affinity; the worker pins itself after the fork), its control channel, what
+the CPU its worker is pinned to (by ``worker.cpu.affinity``: the index-th of
+the acceptor's usable CPUs, one listed, or none; the worker pins itself after
+the fork), its control channel, what
 the worker last reported (booted, connections, partitions, bytes) and the
 connections handed to it that it has not adopted yet (``handoff``).
 
@@ -92,14 +93,14 @@ class PoolFigures(NamedTuple):
 
 
 class WorkerPool:
-    def __init__(self, count: int, selector: selectors.BaseSelector, config: Callable[[], BrokerConfig],
+    def __init__(self, cpus: list[int | None], selector: selectors.BaseSelector, config: Callable[[], BrokerConfig],
                  broker_tag: str, forget_parent_state: Callable[[], None]):
-        cpus = sorted(os.sched_getaffinity(0))
-        self.slots = [WorkerSlot(i, cpus[i % len(cpus)] if cpus else None) for i in range(count)]
+        # one worker per entry: the CPU it pins itself to (None: not pinned)
+        self.slots = [WorkerSlot(i, cpu) for i, cpu in enumerate(cpus)]
         self.selector = selector
         self.config = config  # () -> the acceptor's configuration now: a restarted worker gets the reloaded one
         # before any fork: every worker, restarted ones too, maps it
-        self.memory = BrokerMemory.create(count, cluster=bool(config()["zookeeper.connect"]))
+        self.memory = BrokerMemory.create(len(cpus), cluster=bool(config()["zookeeper.connect"]))
         self.broker_tag = broker_tag
         self.forget_parent_state = forget_parent_state  # in a new worker: close what the acceptor's loop holds
         self.cluster_id = ""

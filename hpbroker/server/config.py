@@ -18,6 +18,30 @@ def _usable_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def parse_cpu_affinity(text: str) -> str | tuple[int, ...]:
+    """``auto`` (worker i on the i-th usable CPU), ``none`` (workers not pinned:
+    the kernel places them), or a CPU list as taskset takes it (``0,2-3``;
+    worker i on the i-th CPU listed, wrapping round).  Listed CPUs must be
+    usable by this process: a typo would otherwise pin every worker nowhere."""
+    text = str(text).strip().lower()
+    if text in ("auto", "none"):
+        return text
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError("expected auto, none or a CPU list such as 0,2-3")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"range {part.strip()} runs backwards")
+        cpus.extend(cpu for cpu in range(first, last + 1) if cpu not in cpus)
+    unusable = sorted(set(cpus) - os.sched_getaffinity(0))
+    if unusable:
+        raise ValueError(f"CPU {unusable[0]} is not among the CPUs this process may use "
+                         f"({','.join(map(str, sorted(os.sched_getaffinity(0))))})")
+    return tuple(cpus)
+
+
 # key -> (parser, default); a default of None means "derived" (see BrokerConfig).
 BROKER_KEYS = {
     "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
@@ -27,6 +51,9 @@ BROKER_KEYS = {
     "broker.id": (int, 0),
     "node.id": (int, None),
     "num.workers": (int, None),
+    # auto: worker i pinned to the i-th usable CPU; none: not pinned (several
+    # brokers sharing a host's CPUs); or a CPU list such as 0,2-3
+    "worker.cpu.affinity": (parse_cpu_affinity, "auto"),
     "auto.create.topics.enable": (parse_bool, True),
     "num.partitions": (int, 1),
     "default.replication.factor": (int, 1),
@@ -206,6 +233,16 @@ class BrokerConfig:
         if not listener.host:
             listener = Listener(listener.name, socket.getfqdn(), listener.port)
         return listener
+
+    @property
+    def worker_cpus(self) -> list[int | None]:
+        """The CPU each worker pins itself to, by index (None: not pinned);
+        as many entries as workers."""
+        setting = self.values["worker.cpu.affinity"]
+        if setting == "none":
+            return [None] * self.num_workers
+        cpus = sorted(os.sched_getaffinity(0)) if setting == "auto" else list(setting)
+        return [cpus[i % len(cpus)] for i in range(self.num_workers)]
 
     @property
     def num_workers(self) -> int:

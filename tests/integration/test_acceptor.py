@@ -172,6 +172,19 @@ def test_at_its_descriptor_limit_the_broker_neither_spins_nor_floods_its_log(bro
     wait_for(lambda: metadata_ping(broker.host, broker.port), 30, "a new client to be served once descriptors free up")
 
 
+def test_workers_are_pinned_one_to_a_cpu_unless_worker_cpu_affinity_says_none(broker_factory):
+    usable = sorted(os.sched_getaffinity(0))
+    pinned = broker_factory(num_workers=2)
+    for index, pid in pinned.worker_pids().items():
+        assert os.sched_getaffinity(pid) == {usable[index % len(usable)]}
+    assert os.sched_getaffinity(pinned.pid) == set(usable)  # the acceptor itself is never pinned
+    pinned.stop()
+    floating = broker_factory(num_workers=2, overrides={"worker.cpu.affinity": "none"})
+    assert [os.sched_getaffinity(pid) for pid in floating.worker_pids().values()] == [set(usable)] * 2
+    floating.kill_worker(1)  # a restarted worker is placed as the first was
+    assert os.sched_getaffinity(floating.worker_pids()[1]) == set(usable)
+
+
 def test_a_worker_that_keeps_dying_is_restarted_without_stopping_the_broker(broker_factory):
     broker = broker_factory()
     for _ in range(6):  # more than the old budget of five exits a minute
