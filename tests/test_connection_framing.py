@@ -2,7 +2,8 @@
 real TCP socket: requests split over many reads, pipelined requests answered
 in order (owed answers too, while later requests are handled), and the
 frames it refuses (too large, negative, empty, a truncated header) closing
-the connection with one log line; end of file mid-frame.
+the connection with one log line; end of file mid-frame; an answer from a file
+larger than the socket takes at once.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
@@ -67,6 +68,7 @@ class Handler:
         self.owed: set[int] = set()
         self.failing: set[int] = set()
         self.files: dict[int, int] = {}  # correlation id -> a descriptor its owed answer is sent from
+        self.file_bytes: dict[int, int] = {}  # how many of the file's bytes that answer sends (default 2)
         self.regions: list[int] = []  # the descriptors those answers were given
         self.busy = 0  # requests inside the handler at once: the connection serves one at a time
         self.most_busy = 0
@@ -100,9 +102,9 @@ class Handler:
         if cid in self.failing:
             raise RuntimeError("the wait failed")
         if cid in self.files:  # an answer sent from a file, as Fetch's records are
-            region = FileRegion(os.dup(self.files[cid]), 0, 2)
+            region = FileRegion(os.dup(self.files[cid]), 0, self.file_bytes.get(cid, 2))
             self.regions.append(region.fd)
-            return [struct.pack(">ii", 6, cid), region]
+            return [struct.pack(">ii", 4 + region.size, cid), region]
         return [frame(struct.pack(">i", cid) + b"ok")]
 
 
@@ -347,4 +349,26 @@ def test_owed_answers_of_a_client_gone_close_their_files():
             await asyncio.wait_for(s.connection.task, TIMEOUT_S)
             assert len(s.handler.regions) == 3 and all(_closed(fd) for fd in s.handler.regions)
             assert not s.connection.owed and s.connection.sender is None
+        run(scenario)
+
+
+def test_an_answer_from_a_file_larger_than_the_socket_takes_at_once_arrives_whole_and_in_order():
+    """The file's bytes go straight to the socket while it takes them, the rest
+    once it has room; the answer after it waits for all of them."""
+    size = 16 << 20  # far beyond what loopback's socket buffers hold
+    payload = os.urandom(size)
+    with tempfile.TemporaryFile() as f:
+        f.write(payload)
+        f.flush()
+
+        async def scenario(s):
+            s.handler.owed = {1}
+            s.handler.files, s.handler.file_bytes = {1: f.fileno()}, {1: size}
+            s.handler.gates[1] = asyncio.Event()
+            s.handler.gates[1].set()
+            await s.send(request(1) + request(2))
+            assert struct.unpack(">ii", await s.read(8)) == (4 + size, 1)
+            assert await s.read(size) == payload
+            assert await s.read(len(answer(2))) == answer(2)
+            assert s.ctx.bytes_out == 8 + size + len(answer(2))
         run(scenario)
