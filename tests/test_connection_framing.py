@@ -267,7 +267,7 @@ def test_end_of_file_mid_frame_answers_what_was_whole_and_closes():
         gate.set()  # a request already received is still handled (an acks=0 produce appends)
         await asyncio.wait_for(s.connection.task, TIMEOUT_S)
         assert s.handler.handled == [1] and not s.connection.dropped
-        assert s.connection.splitter.buffered == len(second) // 2  # the half frame is never a request
+        assert s.connection.reader.buffered == len(second) // 2  # the half frame is never a request
     run(scenario)
 
 

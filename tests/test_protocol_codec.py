@@ -14,7 +14,7 @@ from kio.static.primitive import Records
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import (
     SUPPORTED_VERSIONS,
-    FrameSplitter,
+    FrameReader,
     MalformedRequest,
     RequestHeader,
     UnsupportedApiKey,
@@ -172,7 +172,7 @@ def test_response_must_match_the_request():
 
 def test_decode_from_splitter_memoryview():
     data = _metadata_request_frame()
-    [frame] = FrameSplitter().feed(struct.pack(">i", len(data)) + data)
+    [frame] = FrameReader().feed(struct.pack(">i", len(data)) + data)
     header, request = decode_request(frame)
     assert isinstance(request, MetadataRequest) and request.topics is not None
     assert header.api_version == 12 and request.topics[0].name == "t"

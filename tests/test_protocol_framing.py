@@ -1,10 +1,15 @@
-"""FrameSplitter: frames split across reads, several per read, sizes out of range."""
+"""FrameReader: frames split across reads, several per read, sizes out of
+range; frames larger than the scratch received into buffers of their own;
+every frame writable and independent of the others."""
 
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from hpbroker.protocol import FrameSplitter, FrameTooLarge, frame
+from hpbroker.protocol import FrameReader, FrameTooLarge, frame
+
+SCRATCH = 4096  # a small scratch, so that modest frames take the large-frame path too
 
 
 def payloads(frames):
@@ -13,47 +18,47 @@ def payloads(frames):
 
 def test_several_frames_in_one_feed():
     stream = frame(b"one") + frame(b"") + frame(b"three")
-    assert payloads(FrameSplitter().feed(stream)) == [b"one", b"", b"three"]
+    assert payloads(FrameReader().feed(stream)) == [b"one", b"", b"three"]
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 4, 5, 7, 64])
 def test_any_split_of_the_stream_gives_the_same_frames(chunk):
     bodies = [b"a" * 10, b"b" * 300, b"", b"c"]
     stream = b"".join(frame(b) for b in bodies)
-    splitter = FrameSplitter()
+    reader = FrameReader()
     got = []
     for i in range(0, len(stream), chunk):
-        got += payloads(splitter.feed(stream[i:i + chunk]))
+        got += payloads(reader.feed(stream[i:i + chunk]))
     assert got == bodies
-    assert splitter.buffered == 0
+    assert reader.buffered == 0
 
 
 def test_partial_frame_is_buffered_not_an_error():
-    splitter = FrameSplitter()
+    reader = FrameReader()
     data = frame(b"hello world")
-    assert splitter.feed(data[:2]) == []       # inside the size prefix
-    assert splitter.feed(data[2:7]) == []      # inside the body
-    assert splitter.buffered == 7
-    assert payloads(splitter.feed(data[7:] + frame(b"x")[:3])) == [b"hello world"]
-    assert splitter.buffered == 3
+    assert reader.feed(data[:2]) == []       # inside the size prefix
+    assert reader.feed(data[2:7]) == []      # inside the body
+    assert reader.buffered == 7
+    assert payloads(reader.feed(data[7:] + frame(b"x")[:3])) == [b"hello world"]
+    assert reader.buffered == 3
 
 
 def test_frames_survive_reuse_of_the_callers_buffer():
     buf = bytearray(frame(b"keep me"))
-    [got] = FrameSplitter().feed(buf)
+    [got] = FrameReader().feed(buf)
     buf[:] = b"\x00" * len(buf)
     assert bytes(got) == b"keep me"
 
 
 def test_memoryview_input():
-    assert payloads(FrameSplitter().feed(memoryview(frame(b"mv")))) == [b"mv"]
+    assert payloads(FrameReader().feed(memoryview(frame(b"mv")))) == [b"mv"]
 
 
 def test_size_at_the_limit_is_accepted_above_is_refused():
-    splitter = FrameSplitter(max_frame_bytes=8)
-    assert payloads(splitter.feed(frame(b"12345678"))) == [b"12345678"]
+    reader = FrameReader(max_frame_bytes=8)
+    assert payloads(reader.feed(frame(b"12345678"))) == [b"12345678"]
     with pytest.raises(FrameTooLarge) as info:
-        splitter.feed(frame(b"123456789"))
+        reader.feed(frame(b"123456789"))
     assert info.value.size == 9 and info.value.limit == 8
     assert "socket.request.max.bytes" in str(info.value)
 
@@ -61,24 +66,68 @@ def test_size_at_the_limit_is_accepted_above_is_refused():
 def test_oversize_is_detected_from_the_prefix_alone():
     # A client announcing 2 GiB must be refused before anything is buffered.
     with pytest.raises(FrameTooLarge):
-        FrameSplitter().feed(struct.pack(">i", 104857601))
+        FrameReader().feed(struct.pack(">i", 104857601))
 
 
 def test_default_limit_is_kafkas():
-    assert FrameSplitter().max_frame_bytes == 104857600
+    assert FrameReader().max_frame_bytes == 104857600
 
 
-def test_negative_size_is_refused_and_the_splitter_stays_failed():
-    splitter = FrameSplitter()
+def test_negative_size_is_refused_and_the_reader_stays_failed():
+    reader = FrameReader()
     with pytest.raises(FrameTooLarge):
-        splitter.feed(struct.pack(">i", -1) + b"junk")
+        reader.feed(struct.pack(">i", -1) + b"junk")
     with pytest.raises(FrameTooLarge):
-        splitter.feed(frame(b"fine"))
+        reader.feed(frame(b"fine"))
 
 
 def test_oversize_detected_when_prefix_arrives_in_pieces():
-    splitter = FrameSplitter(max_frame_bytes=100)
+    reader = FrameReader(max_frame_bytes=100)
     prefix = struct.pack(">i", 101)
-    assert splitter.feed(prefix[:3]) == []
+    assert reader.feed(prefix[:3]) == []
     with pytest.raises(FrameTooLarge):
-        splitter.feed(prefix[3:])
+        reader.feed(prefix[3:])
+
+
+def receive(reader: FrameReader, data: bytes, read_size: int) -> list:
+    """As a BufferedProtocol's transport: receive into ``get_buffer`` at most ``read_size`` at a time."""
+    frames, pos = [], 0
+    while pos < len(data):
+        buffer = reader.get_buffer()
+        assert len(buffer) > 0
+        n = min(len(buffer), read_size, len(data) - pos)
+        buffer[:n] = data[pos:pos + n]
+        pos += n
+        frames += reader.buffer_updated(n)
+    return frames
+
+
+@given(sizes=st.lists(st.integers(0, 3 * SCRATCH), max_size=12), read_size=st.integers(1, 70000))
+@settings(max_examples=60, deadline=None)
+def test_any_mix_of_small_and_large_frames_read_any_way_comes_out_whole(sizes, read_size):
+    bodies = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    reader = FrameReader(scratch_bytes=SCRATCH)
+    got = receive(reader, b"".join(frame(b) for b in bodies), read_size)
+    assert [bytes(f) for f in got] == bodies
+    assert reader.buffered == 0
+
+
+def test_a_large_frame_is_received_into_a_buffer_of_its_size_and_counted_as_buffered():
+    reader = FrameReader(scratch_bytes=SCRATCH)
+    body = bytes(range(256)) * 40  # 10240 bytes: larger than the scratch
+    data = frame(b"small") + frame(body)
+    assert [bytes(f) for f in receive(reader, data[:SCRATCH], SCRATCH)] == [b"small"]
+    assert len(reader.get_buffer()) == len(data) - SCRATCH  # exactly what is missing of it
+    assert reader.buffered == SCRATCH - len(frame(b"small"))
+    [got] = receive(reader, data[SCRATCH:], SCRATCH)
+    assert bytes(got) == body and len(got.obj) == len(body)  # its own buffer, nothing around it
+
+
+def test_frames_are_writable_and_independent():
+    reader = FrameReader(scratch_bytes=SCRATCH)
+    first, second, big = reader.feed(frame(b"aaaa") + frame(b"bbbb") + frame(b"c" * (2 * SCRATCH)))
+    assert not first.readonly and not big.readonly
+    first[:] = b"zzzz"  # a handler stamping its frame in place
+    big[:1] = b"y"
+    assert bytes(second) == b"bbbb" and bytes(reader.feed(frame(b"next"))[0]) == b"next"
+    assert bytes(first) == b"zzzz" and bytes(big[:2]) == b"yc"

@@ -21,7 +21,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import (
     SUPPORTED_VERSIONS,
-    FrameSplitter,
+    FrameReader,
     RequestHeader,
     api_versions_response,
     decode_request,
@@ -39,7 +39,7 @@ def ours(kafka_python_request, correlation_id=11) -> tuple[RequestHeader, Any]:
     kio class of the header's version, so its type is known only at run time."""
     kafka_python_request.with_header(correlation_id=correlation_id, client_id="kp-test")
     wire = kafka_python_request.encode(header=True, framed=True)
-    [frame] = FrameSplitter().feed(wire)
+    [frame] = FrameReader().feed(wire)
     header, request = decode_request(frame)
     assert (header.api_key, header.correlation_id, header.client_id) == (
         kafka_python_request.API_KEY, correlation_id, "kp-test")

@@ -25,13 +25,13 @@ from .exceptions import (
     UnsupportedRequest,
     UnsupportedVersion,
 )
-from .framing import DEFAULT_MAX_REQUEST_BYTES, FrameSplitter, frame
+from .framing import DEFAULT_MAX_REQUEST_BYTES, FrameReader, frame
 from .header import RequestHeader, encode_response_header, parse_request_header
 from .schemas import request_type, response_type
 from .versions import SUPPORTED_VERSIONS, api_versions_response, unsupported_api_versions_response
 
 __all__ = [
-    "DEFAULT_MAX_REQUEST_BYTES", "ErrorCode", "FrameSplitter", "FrameTooLarge", "MalformedRequest",
+    "DEFAULT_MAX_REQUEST_BYTES", "ErrorCode", "FrameReader", "FrameTooLarge", "MalformedRequest",
     "ProtocolError", "RequestHeader", "SUPPORTED_VERSIONS", "UnsupportedApiKey", "UnsupportedRequest",
     "UnsupportedVersion", "api_versions_response", "decode_body", "decode_request", "encode_response",
     "encode_response_header", "frame", "parse_request_header", "request_type", "response_type",

@@ -1,6 +1,6 @@
 """Request frames to kio objects, kio response objects to frames.
 
-``decode_request(frame)`` takes one frame as ``FrameSplitter`` yields it (no size
+``decode_request(frame)`` takes one frame as ``FrameReader`` yields it (no size
 prefix) and returns ``(RequestHeader, request)``, where ``request`` is the kio
 dataclass for that api key and version (Produce v0-v2 come back as kio's v3
 class with ``transactional_id=None``; ``header.api_version`` stays authoritative).
@@ -71,6 +71,8 @@ def decode_body(api_key: int, api_version: int, frame: bytes | memoryview, offse
         frame, offset = legacy_produce.as_v3_request_body(frame[offset:]), 0
     schema = request_type(api_key, api_version)
     assert schema is not None, f"kio has no api key {api_key} v{api_version}"  # decode_request checked
+    if isinstance(frame, memoryview) and not frame.readonly:
+        frame = frame.toreadonly()  # kio reads only read-only buffers (a connection's frames are writable)
     edits = check_body(schema, frame, offset)  # no declared length the data does not back
     if edits:
         frame = apply_edits(frame, edits)  # unknown tagged fields are ignored (KIP-482)

@@ -1,13 +1,22 @@
-"""Incremental splitter for Kafka's size-prefixed frames.
+"""Kafka's size-prefixed frames, received straight into memory they keep.
 
-Every Kafka request and response is a frame: an int32 big-endian size followed by
-that many bytes. ``FrameSplitter.feed`` takes whatever a socket read returned and
-gives back the complete frames (without their size prefix) it now holds; a
-partial frame stays buffered until the next feed. A short read is not an error.
+Every Kafka request and response is a frame: an int32 big-endian size followed
+by that many bytes. ``FrameReader`` serves an ``asyncio.BufferedProtocol``: the
+transport receives into the buffer ``get_buffer`` returns, and
+``buffer_updated`` gives back the frames (without their size prefix) now
+complete. A short read is not an error: a partial frame waits for the next.
+
+Small frames, most requests, come several to a read: they are received into a
+scratch buffer of the connection's and each is copied out into its own
+bytearray. A frame that does not fit the scratch is received into a bytearray
+of exactly its size, made once its size prefix is in, so its bytes are copied
+once, by the kernel, however many reads it takes. Either way a frame is a
+writable memoryview over a buffer of its own that nothing reuses: a handler
+may keep slices of it and stamp them in place.
 
 A size that is negative or above ``socket.request.max.bytes`` (Kafka default
 104857600) raises ``FrameTooLarge``: the stream cannot be resynchronised, so the
-server closes the connection and logs it, as Kafka does. The splitter then stays
+server closes the connection and logs it, as Kafka does. The reader then stays
 failed, so a caller that ignores the exception cannot read garbage as frames.
 """
 
@@ -23,67 +32,79 @@ SIZE_PREFIX = 4
 _size = struct.Struct(">i")
 
 
-class FrameSplitter:
-    """Turns a byte stream into frames.
+SCRATCH_BYTES = 16384  # per connection; a larger frame gets a buffer of its own size
+class FrameReader:
+    __slots__ = ("max_frame_bytes", "_scratch", "_view", "_used", "_big", "_filled", "_failed")
 
-    Frames are returned as memoryviews over immutable ``bytes`` (either the object
-    passed to ``feed`` when it was ``bytes`` and nothing was buffered, or a private
-    copy), so they stay valid whatever the caller does with its receive buffers.
-    """
-
-    __slots__ = ("max_frame_bytes", "_pending", "_needed", "_failed")
-
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, scratch_bytes: int = SCRATCH_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._pending = bytearray()
-        # Bytes the pending buffer must hold before another frame can complete;
-        # saves rescanning (and copying) a large frame on every small read.
-        self._needed = SIZE_PREFIX
+        self._scratch = bytearray(scratch_bytes)
+        self._view = memoryview(self._scratch)
+        self._used = 0  # bytes at the scratch's start: the start of a frame not yet complete
+        self._big: memoryview | None = None  # a large frame being received into its own buffer
+        self._filled = 0  # how much of it has arrived
         self._failed: FrameTooLarge | None = None
 
     @property
     def buffered(self) -> int:
-        """Bytes held for a frame that is not complete yet."""
-        return len(self._pending)
+        """Bytes received of a frame that is not complete yet."""
+        return self._filled + SIZE_PREFIX if self._big is not None else self._used
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
-        """Add ``data`` and return every frame completed by it, in order."""
+    def get_buffer(self) -> memoryview:
+        """Where the next receive goes (never empty)."""
+        if self._big is not None:
+            return self._big[self._filled:]
+        return self._view[self._used:]
+
+    def buffer_updated(self, nbytes: int) -> list[memoryview]:
+        """``nbytes`` were received into the last ``get_buffer``: every frame now complete, in order."""
         if self._failed is not None:
             raise self._failed
-        if self._pending:
-            self._pending += data
-            if len(self._pending) < self._needed:
+        big = self._big
+        if big is not None:
+            self._filled += nbytes
+            if self._filled < len(big):
                 return []
-            chunk = bytes(self._pending)
-            self._pending.clear()
-        else:
-            chunk = data if type(data) is bytes else bytes(data)
-        return self._split(chunk)
-
-    def _split(self, chunk: bytes) -> list[memoryview]:
-        view = memoryview(chunk)
-        end = len(chunk)
+            self._big, self._filled = None, 0
+            return [big]
+        scratch = self._scratch
+        end = self._used + nbytes
         pos = 0
         frames = []
         while end - pos >= SIZE_PREFIX:
-            (size,) = _size.unpack_from(chunk, pos)
-            if size < 0 or size > self.max_frame_bytes:
-                self._failed = FrameTooLarge(size, self.max_frame_bytes)
-                self._pending.clear()
-                raise self._failed
+            size = self._checked(_size.unpack_from(scratch, pos)[0])
             stop = pos + SIZE_PREFIX + size
             if stop > end:
+                if SIZE_PREFIX + size > len(scratch):  # it cannot complete here: a buffer of its own
+                    big = self._big = memoryview(bytearray(size))
+                    self._filled = end - pos - SIZE_PREFIX
+                    big[:self._filled] = self._view[pos + SIZE_PREFIX:end]
+                    self._used = 0
+                    return frames
                 break
-            frames.append(view[pos + SIZE_PREFIX:stop])
+            frames.append(memoryview(scratch[pos + SIZE_PREFIX:stop]))  # a copy of its own
             pos = stop
-        if pos < end:
-            self._pending += view[pos:]
-            if end - pos >= SIZE_PREFIX:
-                self._needed = SIZE_PREFIX + _size.unpack_from(chunk, pos)[0]
-            else:
-                self._needed = SIZE_PREFIX
-        else:
-            self._needed = SIZE_PREFIX
+        if pos:  # the incomplete rest moves to the front, where it will fit
+            scratch[:end - pos] = scratch[pos:end]
+        self._used = end - pos
+        return frames
+
+    def _checked(self, size: int) -> int:
+        if size < 0 or size > self.max_frame_bytes:
+            self._failed = FrameTooLarge(size, self.max_frame_bytes)
+            raise self._failed
+        return size
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        """``data`` received some other way (a plain ``Protocol``, a test): the frames it completes."""
+        frames: list[memoryview] = []
+        view = memoryview(data)
+        while view:
+            buffer = self.get_buffer()
+            n = min(len(buffer), len(view))
+            buffer[:n] = view[:n]
+            view = view[n:]
+            frames += self.buffer_updated(n)
         return frames
 
 

@@ -24,7 +24,7 @@ from typing import IO, cast
 
 from hpbroker.protocol import (
     ErrorCode,
-    FrameSplitter,
+    FrameReader,
     FrameTooLarge,
     MalformedRequest,
     UnsupportedApiKey,
@@ -71,14 +71,14 @@ def _close_made_regions(task: asyncio.Task) -> None:
         _close_regions(task.result())
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, ctx, routes, on_close, move=None):
         self.ctx = ctx
         self.routes = routes
         self.on_close = on_close
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
         self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
-        self.splitter = FrameSplitter(ctx.config["socket.request.max.bytes"])
+        self.reader = FrameReader(ctx.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue = asyncio.Queue()
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.sock_fd = -1
@@ -99,7 +99,7 @@ class KafkaConnection(asyncio.Protocol):
         self.owed_room = asyncio.Event()
         self.owed_room.set()
 
-    # --- asyncio.Protocol -----------------------------------------------------
+    # --- asyncio.BufferedProtocol ---------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream socket's
         self.sock_fd = transport.get_extra_info("socket").fileno()  # for sendfile straight to it
@@ -107,12 +107,15 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.closing:
             return
-        self.ctx.bytes_in += len(data)
+        self.ctx.bytes_in += nbytes
         try:
-            frames = self.splitter.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except FrameTooLarge as exc:
             self._drop(f"request of {exc.size} bytes exceeds socket.request.max.bytes={exc.limit}")
             return
@@ -221,7 +224,7 @@ class KafkaConnection(asyncio.Protocol):
         if self.move is None:
             return False
         worker = self.route.elsewhere(self.ctx.index)
-        if (worker is None or self.sender is not None or self.splitter.buffered or self.closing or self.paused
+        if (worker is None or self.sender is not None or self.reader.buffered or self.closing or self.paused
                 or self.draining or self.transport.get_write_buffer_size()):
             return False
         if not self.move(self, worker):
