@@ -2,7 +2,8 @@
 
 ``decode_request(frame)`` takes one frame as ``FrameReader`` yields it (no size
 prefix) and returns ``(RequestHeader, request)``, where ``request`` is the kio
-dataclass for that api key and version (Produce v0-v2 come back as kio's v3
+dataclass for that api key and version (Produce read by hand into kio's
+classes, its records left as slices of the frame: ``produce_request``) (Produce v0-v2 come back as kio's v3
 class with ``transactional_id=None``; ``header.api_version`` stays authoritative).
 Bytes after the body are ignored, as Kafka's own parser ignores them.
 
@@ -29,7 +30,7 @@ from functools import cache
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Payload
 
-from . import legacy_produce
+from . import legacy_produce, produce_request
 from .bounds import apply_edits, check_body
 from .exceptions import MalformedRequest, UnsupportedApiKey, UnsupportedVersion
 from .header import RequestHeader, encode_response_header, parse_request_header, peek_prefix
@@ -67,8 +68,10 @@ def decode_request(frame: bytes | memoryview,
 
 def decode_body(api_key: int, api_version: int, frame: bytes | memoryview, offset: int) -> object:
     """Decode the request body starting at ``offset`` with kio's schema."""
-    if api_key == PRODUCE and api_version <= LEGACY_PRODUCE_MAX:
-        frame, offset = legacy_produce.as_v3_request_body(frame[offset:]), 0
+    if api_key == PRODUCE:  # by hand: its records stay slices of the frame
+        if api_version <= LEGACY_PRODUCE_MAX:
+            return produce_request.decode(memoryview(legacy_produce.as_v3_request_body(frame[offset:])), 0, 3)
+        return produce_request.decode(memoryview(frame), offset, api_version)
     schema = request_type(api_key, api_version)
     assert schema is not None, f"kio has no api key {api_key} v{api_version}"  # decode_request checked
     if isinstance(frame, memoryview) and not frame.readonly:

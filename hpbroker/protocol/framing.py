@@ -11,7 +11,7 @@ scratch buffer of the connection's and each is copied out into its own
 bytearray. A frame that does not fit the scratch is received into a bytearray
 of exactly its size, made once its size prefix is in, so its bytes are copied
 once, by the kernel, however many reads it takes. Either way a frame is a
-writable memoryview over a buffer of its own that nothing reuses: a handler
+writable memoryview (format ``B``) over a buffer of its own that nothing reuses: a handler
 may keep slices of it and stamp them in place.
 
 A size that is negative or above ``socket.request.max.bytes`` (Kafka default
@@ -23,6 +23,8 @@ failed, so a caller that ignores the exception cannot read garbage as frames.
 from __future__ import annotations
 
 import struct
+
+import numpy
 
 from .exceptions import FrameTooLarge
 
@@ -76,7 +78,8 @@ class FrameReader:
             stop = pos + SIZE_PREFIX + size
             if stop > end:
                 if SIZE_PREFIX + size > len(scratch):  # it cannot complete here: a buffer of its own
-                    big = self._big = memoryview(bytearray(size))
+                    # not zeroed first (bytearray would): the kernel fills all of it
+                    big = self._big = memoryview(numpy.empty(size, numpy.uint8).data)
                     self._filled = end - pos - SIZE_PREFIX
                     big[:self._filled] = self._view[pos + SIZE_PREFIX:end]
                     self._used = 0

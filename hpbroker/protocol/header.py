@@ -94,16 +94,16 @@ def read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
         raise MalformedRequest(str(exc)) from None
 
 
-def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
-    """Skip a tagged-field section. The header defines no tags, so all are unknown
-    and, as KIP-482 requires, ignored."""
+def skip_tagged_fields(frame: bytes | memoryview, pos: int, where: str = "request header") -> int:
+    """Skip a tagged-field section whose tags are all unknown (the header defines
+    none), as KIP-482 requires; ``where`` names the part for the error."""
     count, pos = read_uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(frame, pos)
         size, pos = read_uvarint(frame, pos)
         pos += size
         if pos > len(frame):
-            raise MalformedRequest("request header truncated in a tagged field")
+            raise MalformedRequest(f"{where} truncated in a tagged field")
     return pos
 
 

@@ -1,0 +1,121 @@
+"""Produce requests v3-v10 read by hand, so that each partition's records are
+a slice of the request frame instead of a copy: the frame is a writable
+memoryview of the bytes the connection received (``framing.FrameReader``),
+and ``Log.append`` stamps the batches there and writes them as they came.
+kio's reader would copy every batch into a new ``bytes``, and the log would
+copy it once more to stamp it.
+
+The result is made of kio's own classes for that version, so handlers and
+error answers read it as any request; only ``records`` is a memoryview.
+
+Layout (Kafka's ProduceRequest.json; from v9 flexible: compact lengths,
+tagged fields after each structure):
+
+* transactional_id nullable string, acks int16, timeout_ms int32
+* topic_data array: name string, partition_data array: index int32,
+  records nullable bytes
+
+Every length and count must be backed by the bytes that follow, else the
+request is malformed; unknown tagged fields are skipped (KIP-482); bytes after
+the body are ignored, as Kafka ignores them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import struct
+from functools import cache
+
+from .exceptions import MalformedRequest
+from .header import read_uvarint, skip_tagged_fields
+
+FIRST_FLEXIBLE = 9
+_int16 = struct.Struct(">h")
+_int32 = struct.Struct(">i")
+_acks_timeout = struct.Struct(">hi")
+
+
+@cache
+def _classes(version: int) -> tuple[type, type, type]:
+    module = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    return module.ProduceRequest, module.TopicProduceData, module.PartitionProduceData
+
+
+def decode(frame: memoryview, pos: int, version: int):
+    """The request body at ``pos`` of ``frame``; MalformedRequest if the bytes do not hold one."""
+    request_type, topic_type, partition_type = _classes(version)
+    flexible = version >= FIRST_FLEXIBLE
+    end = len(frame)
+    transactional_id, pos = _string(frame, pos, flexible, nullable=True, what="transactional_id")
+    if pos + _acks_timeout.size > end:
+        raise MalformedRequest("produce request truncated in acks/timeout_ms")
+    acks, timeout_ms = _acks_timeout.unpack_from(frame, pos)
+    pos += _acks_timeout.size
+    topics = []
+    count, pos = _count(frame, pos, flexible, "topic_data")
+    for _ in range(count):
+        name, pos = _string(frame, pos, flexible, nullable=False, what="topic name")
+        partitions = []
+        partition_count, pos = _count(frame, pos, flexible, "partition_data")
+        for _ in range(partition_count):
+            if pos + 4 > end:
+                raise MalformedRequest("produce request truncated in a partition index")
+            index = _int32.unpack_from(frame, pos)[0]
+            records, pos = _bytes(frame, pos + 4, flexible)
+            if flexible:
+                pos = skip_tagged_fields(frame, pos, "produce request")
+            partitions.append(partition_type(index=index, records=records))
+        if flexible:
+            pos = skip_tagged_fields(frame, pos, "produce request")
+        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+    if flexible:
+        skip_tagged_fields(frame, pos, "produce request")
+    return request_type(transactional_id=transactional_id, acks=acks,
+                        timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
+
+
+def _length(frame: memoryview, pos: int, flexible: bool, width: struct.Struct) -> tuple[int, int]:
+    """A length as the version writes it; -1 for null."""
+    if flexible:
+        value, pos = read_uvarint(frame, pos)
+        return value - 1, pos
+    if pos + width.size > len(frame):
+        raise MalformedRequest("produce request truncated in a length")
+    return width.unpack_from(frame, pos)[0], pos + width.size
+
+
+def _count(frame: memoryview, pos: int, flexible: bool, what: str) -> tuple[int, int]:
+    start = pos
+    count, pos = _length(frame, pos, flexible, _int32)
+    if count < 0:
+        raise MalformedRequest(f"produce request: a null {what} at byte {start} is not allowed here")
+    if count > len(frame) - pos:  # each entry takes a byte at least: a count the bytes cannot back
+        raise MalformedRequest(f"produce request: {what} array of {count} entries at byte {start} is longer "
+                               f"than the {len(frame) - pos} bytes left")
+    return count, pos
+
+
+def _string(frame: memoryview, pos: int, flexible: bool, nullable: bool, what: str) -> tuple[str | None, int]:
+    length, pos = _length(frame, pos, flexible, _int16)
+    if length < 0:
+        if nullable and length == -1:
+            return None, pos
+        raise MalformedRequest(f"produce request: {what} has length {length}")
+    if pos + length > len(frame):
+        raise MalformedRequest(f"produce request truncated in {what}")
+    try:
+        return bytes(frame[pos:pos + length]).decode("utf-8"), pos + length
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest(f"produce request: {what} is not UTF-8: {exc}") from None
+
+
+def _bytes(frame: memoryview, pos: int, flexible: bool) -> tuple[memoryview | None, int]:
+    length, pos = _length(frame, pos, flexible, _int32)
+    if length < 0:
+        if length == -1:
+            return None, pos
+        raise MalformedRequest(f"produce request: records have length {length}")
+    if pos + length > len(frame):
+        raise MalformedRequest(f"produce request truncated in records ({length} bytes announced)")
+    return frame[pos:pos + length], pos + length
