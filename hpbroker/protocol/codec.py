@@ -2,9 +2,10 @@
 
 ``decode_request(frame)`` takes one frame as ``FrameReader`` yields it (no size
 prefix) and returns ``(RequestHeader, request)``, where ``request`` is the kio
-dataclass for that api key and version (Produce read by hand into kio's
-classes, its records left as slices of the frame: ``produce_request``) (Produce v0-v2 come back as kio's v3
-class with ``transactional_id=None``; ``header.api_version`` stays authoritative).
+dataclass for that api key and version. Produce is read by hand into kio's
+classes, its records left as slices of the frame (``produce_request``);
+v0-v2 come back as kio's v3 class with ``transactional_id=None``
+(``header.api_version`` stays authoritative).
 Bytes after the body are ignored, as Kafka's own parser ignores them.
 
 Failure modes, each its own exception (see ``exceptions``):
@@ -67,7 +68,7 @@ def decode_request(frame: bytes | memoryview,
 
 
 def decode_body(api_key: int, api_version: int, frame: bytes | memoryview, offset: int) -> object:
-    """Decode the request body starting at ``offset`` with kio's schema."""
+    """Decode the request body starting at ``offset``: Produce by hand, the rest with kio's schema."""
     if api_key == PRODUCE:  # by hand: its records stay slices of the frame
         if api_version <= LEGACY_PRODUCE_MAX:
             return produce_request.decode(memoryview(legacy_produce.as_v3_request_body(frame[offset:])), 0, 3)

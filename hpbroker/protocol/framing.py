@@ -8,11 +8,11 @@ complete. A short read is not an error: a partial frame waits for the next.
 
 Small frames, most requests, come several to a read: they are received into a
 scratch buffer of the connection's and each is copied out into its own
-bytearray. A frame that does not fit the scratch is received into a bytearray
+bytearray. A frame that does not fit the scratch is received into a buffer
 of exactly its size, made once its size prefix is in, so its bytes are copied
 once, by the kernel, however many reads it takes. Either way a frame is a
-writable memoryview (format ``B``) over a buffer of its own that nothing reuses: a handler
-may keep slices of it and stamp them in place.
+writable memoryview (format ``B``) over a buffer of its own that nothing
+reuses: a handler may keep slices of it and stamp them in place.
 
 A size that is negative or above ``socket.request.max.bytes`` (Kafka default
 104857600) raises ``FrameTooLarge``: the stream cannot be resynchronised, so the
@@ -35,7 +35,11 @@ _size = struct.Struct(">i")
 
 
 SCRATCH_BYTES = 16384  # per connection; a larger frame gets a buffer of its own size
+
+
 class FrameReader:
+    """One connection's incoming frames (see above); ``feed`` for bytes received some other way."""
+
     __slots__ = ("max_frame_bytes", "_scratch", "_view", "_used", "_big", "_filled", "_failed")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, scratch_bytes: int = SCRATCH_BYTES) -> None:
