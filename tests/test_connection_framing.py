@@ -1,9 +1,11 @@
 """KafkaConnection (``hpbroker/workers/connection.py``) reading frames off a
 real TCP socket: requests split over many reads, pipelined requests answered
-in order (owed answers too, while later requests are handled), and the
-frames it refuses (too large, negative, empty, a truncated header) closing
-the connection with one log line; end of file mid-frame; an answer from a file
-larger than the socket takes at once.
+in order (owed answers too, while later requests are handled), a request
+handled in the read callback that read it when nothing else is in hand (in
+the connection's context; one that waits goes on in a task, the next behind
+it), and the frames it refuses (too large, negative, empty, a truncated
+header) closing the connection with one log line; end of file mid-frame; an
+answer from a file larger than the socket takes at once.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
@@ -24,7 +26,7 @@ from hpbroker.errors import ErrorCode
 from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
 from hpbroker.workers.connection import KafkaConnection
-from hpbroker.workers.context import Later
+from hpbroker.workers.context import CLIENT_HOST, Later
 from hpbroker.workers.fetch_response import FileRegion
 
 TIMEOUT_S = 5
@@ -73,6 +75,8 @@ class Handler:
         self.busy = 0  # requests inside the handler at once: the connection serves one at a time
         self.most_busy = 0
         self.moved = asyncio.Event()  # set whenever ``handled`` grows
+        self.tasks: list = []  # per request, the task it began in (None: the read callback's turn)
+        self.hosts: list[str] = []  # per request, the client host its context names, as it begins and ends
 
     async def have_handled(self, expected: list[int]) -> None:
         while self.handled != expected:
@@ -84,6 +88,8 @@ class Handler:
         self.most_busy = max(self.most_busy, self.busy)
         try:
             cid = header.correlation_id
+            self.tasks.append(asyncio.current_task())
+            self.hosts.append(CLIENT_HOST.get())
             if cid in self.owed:
                 self.handled.append(cid)
                 self.moved.set()
@@ -92,6 +98,7 @@ class Handler:
             if gate is not None:
                 await gate.wait()
             self.handled.append(cid)
+            self.hosts.append(CLIENT_HOST.get())
             self.moved.set()
             return [frame(struct.pack(">i", cid) + b"ok")]
         finally:
@@ -207,6 +214,35 @@ def test_pipelined_requests_in_one_write_are_answered_in_order_one_at_a_time():
         gate.set()
         assert await s.read(3 * len(answer(0))) == answer(1) + answer(2) + answer(3)
         assert s.handler.handled == [1, 2, 3] and s.handler.most_busy == 1
+    run(scenario)
+
+
+def test_a_request_that_waits_for_nothing_is_answered_in_the_turn_that_read_it():
+    async def scenario(s):
+        await s.send(request(1))
+        assert await s.read(len(answer(1))) == answer(1)  # the serving task is up and idle now
+        await s.send(request(2))
+        assert await s.read(len(answer(2))) == answer(2)
+        assert s.handler.tasks[1] is None  # no task: handled by the read callback itself
+        assert s.handler.hosts[2:] == ["/127.0.0.1", "/127.0.0.1"]  # in the connection's context all the same
+    run(scenario)
+
+
+def test_a_request_begun_as_it_arrived_that_waits_keeps_its_context_and_the_next_waits_behind_it():
+    async def scenario(s):
+        await s.send(request(1))
+        assert await s.read(len(answer(1))) == answer(1)
+        s.handler.gates[2] = gate = asyncio.Event()
+        await s.send(request(2))
+        await s.ctx.received(2 * len(request(0)))
+        assert s.connection.started is not None  # 2 began at once, and waits in a task of its own
+        await s.send(request(3))
+        await s.ctx.received(3 * len(request(0)))
+        assert s.handler.handled == [1]  # 3 waits behind 2
+        gate.set()
+        assert await s.read(2 * len(answer(0))) == answer(2) + answer(3)
+        assert s.handler.handled == [1, 2, 3] and s.handler.most_busy == 1
+        assert s.handler.tasks[1] is None and s.handler.hosts[2:4] == ["/127.0.0.1", "/127.0.0.1"]
     run(scenario)
 
 

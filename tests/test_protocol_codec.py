@@ -88,7 +88,11 @@ def test_every_advertised_response_version_round_trips(api_key, version):
         assert struct.unpack_from(">ii", data) == (len(data) - 4, 77)
         body = 8 + response_header_version(api_key, version)  # v1 adds one empty-tags byte
         got, size = entity_reader(type(response))(data, body)
-        assert got == response and body + size == len(data)
+        assert body + size == len(data)
+        # compared as bytes: a datetime in a repeated hour of its zone (a DST fall-back)
+        # never equals one in another zone (PEP 495), though both name the instant the
+        # wire carries, which is all a response holds
+        assert encode_response(RequestHeader(api_key, version, 77, None, 1), got) == data
 
     check()
 

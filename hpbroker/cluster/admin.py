@@ -24,19 +24,19 @@ racing for the same znode spread out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from hpbroker.cluster import reassignment, znodes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ADMIN_TIMEOUT_S = 10.0  # one admin operation, every try of it included
 CAS_ATTEMPTS = 20
@@ -88,32 +88,34 @@ class ClusterAdmin:
         set it (its ``result`` is then returned), or anything else to leave it
         as it is (that is then returned).  A write that lost a race decides
         again from what is there; AdminError("conflict") after CAS_ATTEMPTS."""
-        async with self._bounded(what):
-            for attempt in range(CAS_ATTEMPTS):
-                if attempt:
-                    await asyncio.sleep(random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (attempt - 1))))
-                data, stat = await self._read(path)
-                decision = await decide(data)
-                if not isinstance(decision, Write):
-                    return decision
-                ops: list[tuple] = []
-                if stat is None:
-                    await self._ensure_parent(path)
-                    ops.append(("create", path, decision.data))
+        return await self._bounded(what, self._compare_and_set(path, decide, what))
+
+    async def _compare_and_set(self, path: str, decide: Decide, what: str) -> Any:
+        for attempt in range(CAS_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (attempt - 1))))
+            data, stat = await self._read(path)
+            decision = await decide(data)
+            if not isinstance(decision, Write):
+                return decision
+            ops: list[tuple] = []
+            if stat is None:
+                await self._ensure_parent(path)
+                ops.append(("create", path, decision.data))
+            else:
+                ops.append(("set", path, decision.data, stat.version))
+            for extra in decision.also:
+                if extra.data is None:
+                    ops.append(("delete", extra.path, extra.version))
                 else:
-                    ops.append(("set", path, decision.data, stat.version))
-                for extra in decision.also:
-                    if extra.data is None:
-                        ops.append(("delete", extra.path, extra.version))
-                    else:
-                        ops.append(("set", extra.path, extra.data, extra.version))
-                try:
-                    await self._commit(ops, what)
-                except AdminError as exc:
-                    if exc.reason == "unavailable":
-                        raise
-                    continue  # changed, created or removed meanwhile: again from what is there
-                return decision.result
+                    ops.append(("set", extra.path, extra.data, extra.version))
+            try:
+                await self._commit(ops, what)
+            except AdminError as exc:
+                if exc.reason == "unavailable":
+                    raise
+                continue  # changed, created or removed meanwhile: again from what is there
+            return decision.result
         raise AdminError("conflict", f"{what} kept changing: not written after {CAS_ATTEMPTS} tries")
 
     # --- topics ---------------------------------------------------------------------------------------
@@ -121,10 +123,9 @@ class ClusterAdmin:
         """Kafka's order: the config first, then the assignment that makes the
         topic exist, in one transaction (AdminError("exists") when it does)."""
         what = f"topic {assignment.topic!r}"
-        async with self._bounded(what):
-            await self._commit([("create", znodes.topic_config_path(assignment.topic),
-                                 znodes.encode_topic_config(config)),
-                                ("create", znodes.topic_path(assignment.topic), assignment.encode())], what)
+        await self._bounded(what, self._commit([
+            ("create", znodes.topic_config_path(assignment.topic), znodes.encode_topic_config(config)),
+            ("create", znodes.topic_path(assignment.topic), assignment.encode())], what))
 
     async def update_topic(self, topic: str,
                            change: Callable[[znodes.TopicAssignment], znodes.TopicAssignment]) -> None:
@@ -146,11 +147,12 @@ class ClusterAdmin:
 
     async def delete_topic(self, topic: str) -> None:
         """Ask the controller to delete it (``/admin/delete_topics/<topic>``)."""
-        async with self._bounded(f"deleting topic {topic!r}"):
+        async def ask() -> None:
             try:
                 await self._zk(self._ops().create(f"{znodes.DELETE_TOPICS}/{topic}", makepath=True))
             except NodeExistsError:
                 pass  # already asked
+        await self._bounded(f"deleting topic {topic!r}", ask())
 
     # --- producer ids ---------------------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
@@ -206,12 +208,13 @@ class ClusterAdmin:
         """The reassignments under way, read from ZooKeeper now (so a client sees
         its own AlterPartitionReassignments at once): of ``wanted`` topic ->
         partitions, or of every topic when None."""
-        async with self._bounded("listing reassignments"):
+        async def read() -> tuple[list[str], list]:
             if wanted is None:
                 topics = sorted(await self._zk(self._ops().children(znodes.TOPICS)))
             else:
                 topics = sorted(wanted)
-            reads = await asyncio.gather(*(self._read(znodes.topic_path(topic)) for topic in topics))
+            return topics, await asyncio.gather(*(self._read(znodes.topic_path(topic)) for topic in topics))
+        topics, reads = await self._bounded("listing reassignments", read())
         found = []
         for topic, (data, _stat) in zip(topics, reads):
             if data is None:
@@ -249,12 +252,13 @@ class ClusterAdmin:
     def _ops(self):
         return self.link.zk
 
-    @contextlib.asynccontextmanager
-    async def _bounded(self, what: str):
-        """At most ``timeout_s`` for what runs inside (AdminError("unavailable") then)."""
+    async def _bounded(self, what: str, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result within ``timeout_s`` (AdminError("unavailable") then).
+        ``wait_for`` runs it in a task of its own, which the time limit cancels:
+        ``asyncio.timeout`` would need the caller to be a task, and a request
+        is handled without one when it arrives (``workers/eager.py``)."""
         try:
-            async with asyncio.timeout(self.timeout_s):
-                yield
+            return await asyncio.wait_for(work, self.timeout_s)
         except TimeoutError:
             raise AdminError("unavailable", f"{what}: ZooKeeper did not answer within {self.timeout_s:g} s") from None
 

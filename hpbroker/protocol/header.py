@@ -97,6 +97,8 @@ def read_uvarint(frame: bytes | memoryview, pos: int) -> tuple[int, int]:
 def skip_tagged_fields(frame: bytes | memoryview, pos: int, where: str = "request header") -> int:
     """Skip a tagged-field section whose tags are all unknown (the header defines
     none), as KIP-482 requires; ``where`` names the part for the error."""
+    if pos < len(frame) and frame[pos] == 0:  # no tagged fields: nearly always
+        return pos + 1
     count, pos = read_uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(frame, pos)

@@ -78,6 +78,8 @@ def decode(frame: memoryview, pos: int, version: int):
 def _length(frame: memoryview, pos: int, flexible: bool, width: struct.Struct) -> tuple[int, int]:
     """A length as the version writes it; -1 for null."""
     if flexible:
+        if pos < len(frame) and frame[pos] < 0x80:  # one byte: every length below 127
+            return frame[pos] - 1, pos + 1
         value, pos = read_uvarint(frame, pos)
         return value - 1, pos
     if pos + width.size > len(frame):

@@ -16,6 +16,9 @@ counter odd: readers find no entry (and ask the owner) until the restarted
 worker resets its region, which moves every counter on.  This relies on the
 stores of one process reaching other processes in program order (x86-64's
 memory model); a port to weaker orderings needs fences between the steps.
+The writer remembers what each entry holds and skips a publication that
+would change nothing (one follower fetch may move a high watermark through
+three paths that each publish).
 
 A replicated partition's leader decides whether it leads with facts the
 entry cannot hold (its ZooKeeper session, whether its loop was paused), so
@@ -152,6 +155,9 @@ class TableWriter:
         self._keys: dict[str, tuple[int, int]] = {}
         # place -> (segment base, identity, generation, batches in the ring, next offset of the newest)
         self._rings: dict[int, tuple] = {}
+        # place -> the entry's words as last written: a publication that changes
+        # nothing (a high watermark set twice by one follower fetch) writes nothing
+        self._bodies: dict[int, tuple] = {}
         # one writer per entry is what the seqlock needs: the worker's loop, and any
         # thread of it that moves a log's offsets, take turns
         self._lock = threading.Lock()
@@ -180,6 +186,7 @@ class TableWriter:
             self._write_batches(offset, (0, 0), 0, 0, (0, 0), -1, ())
         self._places.clear()
         self._rings.clear()
+        self._bodies.clear()
         self._taken.clear()
 
     def publish(self, topic: str, partition: int, role: int, serving: bool, leader_epoch: int, log_start: int,
@@ -202,8 +209,12 @@ class TableWriter:
             self._places[(topic, partition)] = offset
         if batches is not None:
             self._write_batches(offset, key, partition, *batches)
-        self._write(offset, key[0], key[1], partition, role, int(serving), leader_epoch, log_start, high_watermark,
-                    log_end, last_stable)
+        body = (key[0], key[1], partition, role, int(serving), leader_epoch, log_start, high_watermark, log_end,
+                last_stable)
+        with self._lock:
+            if self._bodies.get(offset) != body:
+                self._write(offset, *body)
+                self._bodies[offset] = body
         return True
 
     def _write_batches(self, offset: int, key: tuple[int, int], partition: int, segment_base: int,
@@ -216,6 +227,8 @@ class TableWriter:
         ring = self._rings.get(offset)
         if ring is not None and ring[0] == segment_base and ring[1] == identity and ring[2] == generation:
             total, newest = ring[3], ring[4]
+            if not batches or batches[-1][1] <= newest:  # the usual repeat: nothing written since
+                return
             new = []
             # a copy first (one C call: a thread writing the segment cannot change it under us)
             for batch in reversed(list(batches)):  # newest first; usually one
@@ -244,7 +257,9 @@ class TableWriter:
         offset = self._places.pop((topic, partition), None)
         if offset is not None:
             self._rings.pop(offset, None)
-            self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0)
+            with self._lock:
+                self._bodies.pop(offset, None)
+                self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0)
             self._taken.discard(offset)
 
     def _claim(self, key: tuple[int, int], partition: int) -> int | None:
@@ -257,12 +272,12 @@ class TableWriter:
         return None
 
     def _write(self, offset: int, *body: int) -> None:
+        """Rewrite the entry at ``offset``; the caller holds ``_lock``."""
         memory = self.memory
-        with self._lock:
-            seq = _SEQ.unpack_from(memory, offset)[0] | 1
-            _SEQ.pack_into(memory, offset, seq)  # odd: being written
-            _BODY.pack_into(memory, offset + 8, *body)
-            _SEQ.pack_into(memory, offset, seq + 1)
+        seq = _SEQ.unpack_from(memory, offset)[0] | 1
+        _SEQ.pack_into(memory, offset, seq)  # odd: being written
+        _BODY.pack_into(memory, offset + 8, *body)
+        _SEQ.pack_into(memory, offset, seq + 1)
 
 
 class TableReader:

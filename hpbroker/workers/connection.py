@@ -5,6 +5,11 @@ acks=all produce, appended, waiting for its replicas) lets the next request
 be handled; its answer, and every one after it, is then sent by the owed
 answers' sender in request order.
 
+A request that arrives while the connection has nothing in hand is handled
+at once, in the read callback (``eager.py``), and carried on by a task only
+if it waits; the others queue for the serving task, which takes the next
+frame only after such a started request is done.
+
 Between requests, a connection whose partition requests all go to another
 worker's partitions is handed to that worker (``affinity.py``): ``move``.
 
@@ -17,6 +22,7 @@ answered with Kafka's error code, as Kafka does.
 
 import asyncio
 import collections
+import contextvars
 import logging
 import os
 import time
@@ -35,7 +41,7 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.workers import affinity, observe
+from hpbroker.workers import affinity, eager, observe
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 
@@ -86,6 +92,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.paused = False
         self.closing = False
         self.task = None
+        self.context = contextvars.copy_context()  # the client's, for every step of its requests
+        self.idle = False  # the serving task waits for a frame: the next one may be handled as it arrives
+        self.started: asyncio.Task | None = None  # a request started as it arrived, carried on in this task
         self.current = None  # header of the request being handled, for error context
         self.current_request = None
         self.dropped = False  # closed by us for bad input: queued frames are not handled
@@ -105,7 +114,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.sock_fd = transport.get_extra_info("socket").fileno()  # for sendfile straight to it
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.task = asyncio.get_running_loop().create_task(self._serve())
+        self.context.run(self._enter)
+        self.task = asyncio.get_running_loop().create_task(self._serve(), context=self.context)
+
+    def _enter(self) -> None:
+        CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
+        affinity.ROUTE.set(self.route)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.reader.get_buffer()
@@ -119,8 +133,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except FrameTooLarge as exc:
             self._drop(f"request of {exc.size} bytes exceeds socket.request.max.bytes={exc.limit}")
             return
+        started = False
         for frame in frames:
-            self.queue.put_nowait(frame)
+            if self.closing:  # a request before this one was the last (the connection dropped)
+                return
+            if self.idle and self.started is None and self.queue.empty() and not self.draining:
+                self._start(frame)
+                started = True
+            else:
+                self.queue.put_nowait(frame)
+        if started and self.started is None and self.queue.empty() and self._moved():
+            self.queue.put_nowait(None)  # handed to another worker: the serving task ends
         if self.queue.qsize() >= _MAX_QUEUED and not self.paused:
             self.paused = True
             self.transport.pause_reading()
@@ -164,14 +187,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.closing = self.dropped = True
         self.transport.abort()
 
+    def _start(self, frame) -> None:
+        """Handle a request as it arrives, while the serving task is idle: most
+        finish here, answered, without a turn of the loop (``eager.py``); one that
+        waits goes on in a task of its own, and the serving task takes the next
+        frame only after it."""
+        going, self.started = eager.start(self._one(frame), self.context)
+        if self.started is None and not going:
+            self.queue.put_nowait(None)  # the connection is done for: the serving task ends
+
     async def _serve(self) -> None:
-        CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
-        affinity.ROUTE.set(self.route)
         try:
             while True:
                 if self.queue.empty() and self._moved():
                     return
-                frame = await self.queue.get()
+                self.idle = True
+                try:
+                    frame = await self.queue.get()
+                finally:
+                    self.idle = False
+                if self.started is not None:  # the request before this frame is still in hand
+                    started, self.started = self.started, None
+                    if not await started:
+                        return
                 # Requests already received are handled even if the client has gone
                 # (an acks=0 produce still appends); a dropped connection stops here.
                 if frame is None or self.dropped:
@@ -179,24 +217,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
                     self.paused = False
                     self.transport.resume_reading()
-                try:
-                    answer = await self._handle(frame)
-                except Exception as exc:
-                    answer = self._answer_failure(exc, self.current, self.current_request)
-                    if answer is None:
-                        return
-                if self.sender is not None or isinstance(answer, asyncio.Task):
-                    if answer:
-                        self._owe(answer)
-                    if len(self.owed) >= _MAX_OWED:
-                        self.owed_room.clear()
-                        await self.owed_room.wait()
-                    continue
-                if not await self._send(answer):
+                if not await self._one(frame):
                     return
         finally:
+            if self.started is not None:  # cancelled while a started request was in hand
+                self.started.cancel()
             if self.sender is not None and not self.dropped:
                 await asyncio.shield(self.sender)  # owed answers go out before the connection is done
+
+    async def _one(self, frame) -> bool:
+        """Handle one request and send its answer, or owe it; False when the
+        connection is done for (dropped, or its request failed without an answer)."""
+        try:
+            answer = await self._handle(frame)
+        except Exception as exc:
+            answer = self._answer_failure(exc, self.current, self.current_request)
+            if answer is None:
+                return False
+        if self.sender is not None or isinstance(answer, asyncio.Task):
+            if answer:
+                self._owe(answer)
+            if len(self.owed) >= _MAX_OWED:
+                self.owed_room.clear()
+                await self.owed_room.wait()
+            return True
+        return await self._send(answer)
 
     def _sendfile_now(self, region: FileRegion) -> int:
         """Bytes of ``region`` sent straight from the file to the socket, while
@@ -224,8 +269,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.move is None:
             return False
         worker = self.route.elsewhere(self.ctx.index)
-        if (worker is None or self.sender is not None or self.reader.buffered or self.closing or self.paused
-                or self.draining or self.transport.get_write_buffer_size()):
+        if (worker is None or self.sender is not None or self.started is not None or self.reader.buffered
+                or self.closing or self.paused or self.draining or self.transport.get_write_buffer_size()):
             return False
         if not self.move(self, worker):
             self.route.streak = 0  # stays; looks again after as many requests

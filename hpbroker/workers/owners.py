@@ -134,6 +134,9 @@ class Owners:
         for i, call in enumerate(calls):
             by_owner.setdefault(self.owner_of(call), []).append(i)
         affinity.saw(by_owner.keys())
+        if len(by_owner) == 1:  # the common case: one round trip, no task, the results in order already
+            [worker] = by_owner
+            return list(cast(Batched, await self.ask(Batch(calls), worker)).results)
         results: list = [None] * len(calls)
 
         async def one(worker: int, indexes: list[int]) -> None:
@@ -141,9 +144,5 @@ class Owners:
             for i, result in zip(indexes, batched.results):
                 results[i] = result
 
-        if len(by_owner) == 1:  # the common case: no tasks to make for one round trip
-            [(worker, indexes)] = by_owner.items()
-            await one(worker, indexes)
-        else:
-            await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
+        await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
         return results

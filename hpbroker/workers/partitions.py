@@ -152,7 +152,8 @@ class Partitions:
 
     async def batch(self, call: Batch) -> Batched:
         """Several partitions' calls in one round trip."""
-        await self.settled()
+        if self.replicas is not None and not self.replicas.trusted():
+            await self.replicas.settled()
         results = []
         for one in call.calls:
             result = self._handlers[type(one)](one)
@@ -248,7 +249,11 @@ class Partitions:
         the ISR had shrunk below min.insync.replicas by then,
         NOT_LEADER_OR_FOLLOWER when leadership went, REQUEST_TIMED_OUT when time
         ran out."""
-        return Replicated(list(await asyncio.gather(*(self._replicated(topic, partition, end, call.timeout_ms / 1000)
+        timeout_s = call.timeout_ms / 1000
+        if len(call.items) == 1:  # the usual produce: one partition, no task to gather
+            [(topic, partition, end)] = call.items
+            return Replicated([await self._replicated(topic, partition, end, timeout_s)])
+        return Replicated(list(await asyncio.gather(*(self._replicated(topic, partition, end, timeout_s)
                                                      for topic, partition, end in call.items))))
 
     async def _replicated(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:

@@ -29,6 +29,11 @@ class _Waiting:
         self.future = future
 
 
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
 class Purgatory:
     def __init__(self):
         self._watching: dict[Key, list[_Waiting]] = {}
@@ -41,14 +46,16 @@ class Purgatory:
         keys = list(keys)
         if timeout_s <= 0 or not keys:
             return False
-        waiting = _Waiting(condition, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(condition, loop.create_future())
         for key in keys:
             self._watching.setdefault(key, []).append(waiting)
+        # a timer on the future itself: asyncio.wait_for would add a second future and two callbacks
+        expiry = loop.call_later(timeout_s, _expire, waiting.future)
         try:
-            return await asyncio.wait_for(waiting.future, timeout_s)
-        except asyncio.TimeoutError:
-            return False
+            return await waiting.future
         finally:
+            expiry.cancel()
             for key in keys:
                 watchers = self._watching.get(key)
                 if watchers is not None:

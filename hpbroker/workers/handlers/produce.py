@@ -46,7 +46,10 @@ async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
             if error != ErrorCode.none:
                 results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
 
-    if by_owner:
+    if len(by_owner) == 1:  # one owner: no task to gather
+        [(owner, indexes)] = by_owner.items()
+        await one(owner, indexes)
+    elif by_owner:
         await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
     return results
 
