@@ -3,9 +3,10 @@ real TCP socket: requests split over many reads, pipelined requests answered
 in order (owed answers too, while later requests are handled), a request
 handled in the read callback that read it when nothing else is in hand (in
 the connection's context; one that waits goes on in a task, the next behind
-it), and the frames it refuses (too large, negative, empty, a truncated
-header) closing the connection with one log line; end of file mid-frame; an
-answer from a file larger than the socket takes at once.
+it, and a stopping worker waits for it), and the frames it refuses (too
+large, negative, empty, a truncated header) closing the connection with one
+log line; end of file mid-frame; an answer from a file larger than the
+socket takes at once.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
@@ -357,6 +358,25 @@ def test_a_draining_connection_sends_what_it_owes_before_it_is_done():
         assert await s.read(2 * len(answer(0))) == answer(1) + answer(2)
         await asyncio.wait_for(s.connection.task, TIMEOUT_S)
         s.connection.close()  # as the worker does once its connections' tasks are done
+    run(scenario)
+
+
+def test_a_stopping_worker_waits_for_the_request_a_connection_began_as_it_arrived():
+    async def scenario(s):
+        await s.send(request(1))
+        assert await s.read(len(answer(1))) == answer(1)
+        s.handler.gates[2] = gate = asyncio.Event()
+        await s.send(request(2))
+        await s.ctx.received(2 * len(request(0)))
+        assert s.connection.started is not None  # began in the read callback, waits in a task
+        s.connection.drain()  # the worker is stopping: it waits on the serving task
+        await asyncio.sleep(0)
+        assert not s.connection.task.done(), "the serving task waits for the request in hand"
+        gate.set()
+        assert await s.read(len(answer(2))) == answer(2)
+        await asyncio.wait_for(s.connection.task, TIMEOUT_S)
+        assert s.handler.handled == [1, 2]
+        s.connection.close()
     run(scenario)
 
 
