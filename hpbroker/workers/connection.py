@@ -105,6 +105,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # task making them; sent by the sender task alone, which ends when none is left
         self.owed: collections.deque = collections.deque()
         self.sender: asyncio.Task | None = None
+        self.awaited: asyncio.Task | None = None  # the owed answer the sender waits on, all before it sent
         self.owed_room = asyncio.Event()
         self.owed_room.set()
 
@@ -304,11 +305,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if len(self.owed) < _MAX_OWED:
                     self.owed_room.set()
                 if isinstance(answer, asyncio.Task):
+                    self.awaited = answer
                     try:
                         answer = await answer
                     except asyncio.CancelledError:
                         answer.add_done_callback(_close_made_regions)
                         raise
+                    finally:
+                        self.awaited = None
                 if self.dropped:
                     _close_regions(answer)
                 elif not await self._send(answer):
@@ -323,13 +327,22 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 else:
                     _close_regions(left)
 
-    async def _finish(self, header, request, started: float, later: Later):
-        """The rest of an owed answer; a failure there is answered as any handler's."""
+    async def _finish(self, header, request, started: float, later: Later, task: list[asyncio.Task]):
+        """The rest of an owed answer (made in ``task[0]``); a failure there is
+        answered as any handler's.  When the sender already waits on it (every
+        answer before it is out), it is written here and now, a turn of the
+        loop before the sender would wake to write it; nothing is left to send."""
         try:
             pieces = await later.rest
         except Exception as exc:
             return self._answer_failure(exc, header, request)
         observe.request_done(header.api_key, header.api_version, started)
+        if (pieces and self.awaited is task[0] and self.writable.is_set() and not self.dropped
+                and not self.transport.is_closing() and not any(isinstance(p, FileRegion) for p in pieces)):
+            for piece in pieces:
+                self.transport.write(piece)
+                self.ctx.bytes_out += len(piece)
+            return []
         return pieces
 
     def _answer_failure(self, exc: Exception, header, request):
@@ -386,7 +399,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._drop(str(exc))
             return None
         if isinstance(response, Later):
-            return asyncio.get_running_loop().create_task(self._finish(header, request, started, response))
+            task: list[asyncio.Task] = []
+            task.append(asyncio.get_running_loop().create_task(self._finish(header, request, started, response, task)))
+            return task[0]
         observe.request_done(header.api_key, header.api_version, started)
         if response is None:
             return None
