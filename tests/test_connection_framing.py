@@ -229,14 +229,21 @@ def test_a_request_that_waits_for_nothing_is_answered_in_the_turn_that_read_it()
     run(scenario)
 
 
+async def begin_a_waiting_request(s) -> asyncio.Event:
+    """Request 1 answered (the serving task is idle after it), then request 2
+    begun in the read callback and waiting, in a task, for the gate returned."""
+    await s.send(request(1))
+    assert await s.read(len(answer(1))) == answer(1)
+    s.handler.gates[2] = gate = asyncio.Event()
+    await s.send(request(2))
+    await s.ctx.received(2 * len(request(0)))
+    assert s.connection.started is not None
+    return gate
+
+
 def test_a_request_begun_as_it_arrived_that_waits_keeps_its_context_and_the_next_waits_behind_it():
     async def scenario(s):
-        await s.send(request(1))
-        assert await s.read(len(answer(1))) == answer(1)
-        s.handler.gates[2] = gate = asyncio.Event()
-        await s.send(request(2))
-        await s.ctx.received(2 * len(request(0)))
-        assert s.connection.started is not None  # 2 began at once, and waits in a task of its own
+        gate = await begin_a_waiting_request(s)
         await s.send(request(3))
         await s.ctx.received(3 * len(request(0)))
         assert s.handler.handled == [1]  # 3 waits behind 2
@@ -363,12 +370,7 @@ def test_a_draining_connection_sends_what_it_owes_before_it_is_done():
 
 def test_a_stopping_worker_waits_for_the_request_a_connection_began_as_it_arrived():
     async def scenario(s):
-        await s.send(request(1))
-        assert await s.read(len(answer(1))) == answer(1)
-        s.handler.gates[2] = gate = asyncio.Event()
-        await s.send(request(2))
-        await s.ctx.received(2 * len(request(0)))
-        assert s.connection.started is not None  # began in the read callback, waits in a task
+        gate = await begin_a_waiting_request(s)
         s.connection.drain()  # the worker is stopping: it waits on the serving task
         await asyncio.sleep(0)
         assert not s.connection.task.done(), "the serving task waits for the request in hand"
