@@ -134,16 +134,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except FrameTooLarge as exc:
             self._drop(f"request of {exc.size} bytes exceeds socket.request.max.bytes={exc.limit}")
             return
-        started = False
+        handled_here = False
         for frame in frames:
             if self.closing:  # a request before this one was the last (the connection dropped)
                 return
             if self.idle and self.started is None and self.queue.empty() and not self.draining:
                 self._start(frame)
-                started = True
+                handled_here = True
             else:
                 self.queue.put_nowait(frame)
-        if started and self.started is None and self.queue.empty() and self._moved():
+        if handled_here and self.started is None and self.queue.empty() and self._moved():
             self.queue.put_nowait(None)  # handed to another worker: the serving task ends
         if self.queue.qsize() >= _MAX_QUEUED and not self.paused:
             self.paused = True
