@@ -1,12 +1,18 @@
-"""The client side of the wire: one connection that sends kio requests and
-awaits their responses, as a broker talks to another (a follower fetching
-from its leader).  This is its asyncio part; the frames are
-``protocol.client_codec``'s.
+"""The client side of the wire: one connection that sends requests and awaits
+their responses, as a broker talks to another (a follower fetching from its
+leader).  This is its asyncio part; the frames are ``protocol.client_codec``'s.
 
-Requests are pipelined: each gets a correlation id and a future; the reader
-task matches responses to them in order (Kafka answers a connection's
-requests in the order they came).  A failed connection fails every pending
-request with ``ConnectionError`` and the owner connects anew.
+Requests are pipelined: each gets a correlation id and a future; responses are
+matched to them in order (Kafka answers a connection's requests in the order
+they came).  A failed connection fails every pending request with
+``ConnectionError`` and the owner connects anew.
+
+The connection is a buffered protocol: a response is received straight into a
+buffer of its own (``FrameReader``), decoded and handed to its future in the
+read callback that completed it, with no reader task between.  A request that
+writes itself (``fetch_request.ReplicaFetch``) also reads its own answer
+(``read_answer``), which may keep slices of that buffer; any other is a kio
+request, read back with kio.
 """
 
 from __future__ import annotations
@@ -15,82 +21,127 @@ import asyncio
 import itertools
 import struct
 from collections import deque
+from typing import Any, Callable, cast
 
 from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, encode_request
+from hpbroker.protocol.exceptions import FrameTooLarge
+from hpbroker.protocol.framing import FrameReader
 
-_int32 = struct.Struct(">i")
+_correlation_id = struct.Struct(">i")
 
 
-class ClientConnection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str):
-        self.reader, self.writer = reader, writer
+class ClientConnection(asyncio.BufferedProtocol):
+    def __init__(self, client_id: str):
         self.client_id = client_id
         self._ids = itertools.count(1)
-        self._pending: deque[tuple[int, int, int, asyncio.Future]] = deque()
-        self._task = asyncio.get_running_loop().create_task(self._read_responses())
+        # (correlation id, how to read the answer, the future awaiting it), in the order sent
+        self._pending: deque[tuple[int, Callable[[memoryview], Any], asyncio.Future]] = deque()
+        self._frames = FrameReader(MAX_RESPONSE_BYTES)
+        self._transport: asyncio.Transport | None = None
+        self._error: ConnectionError | None = None  # set once: the connection is done
+        self._lost = asyncio.get_running_loop().create_future()
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, timeout: float = 5.0) -> "ClientConnection":
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        return cls(reader, writer, client_id)
+        loop = asyncio.get_running_loop()
+        _transport, connection = await asyncio.wait_for(
+            loop.create_connection(lambda: cls(client_id), host, port), timeout)
+        return connection
 
     @property
     def closed(self) -> bool:
-        return self._task.done()
+        return self._error is not None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The transport's (``sockname``, ``peername``...), as asyncio's own."""
+        return default if self._transport is None else self._transport.get_extra_info(name, default)
 
     async def send(self, request, timeout: float = 30.0):
         """The response to ``request``; ConnectionError when the connection fails
         or the answer does not come within ``timeout`` seconds."""
-        if self.closed:
+        if self._error is not None or self._transport is None:
             raise ConnectionError("connection closed")
+        loop = asyncio.get_running_loop()
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((correlation_id, int(request.__api_key__), int(request.__version__), future))
-        encode = getattr(request, "encode", None)  # a request that writes itself (fetch_request.py); else kio's
-        self.writer.write(encode(correlation_id, self.client_id) if encode is not None
-                          else encode_request(request, correlation_id, self.client_id))
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except asyncio.TimeoutError:
-            future.cancel()
-            self.close()  # later answers on this stream could no longer be matched
-            raise ConnectionError(f"no answer within {timeout:g} s") from None
-        except asyncio.CancelledError:
-            future.cancel()  # nobody is left to take its answer or its error
-            raise
+        future = loop.create_future()
+        encode = getattr(request, "encode", None)  # a request that writes and reads itself; else kio's
+        if encode is not None:
+            frame, read = encode(correlation_id, self.client_id), request.read_answer
+        else:
+            frame = encode_request(request, correlation_id, self.client_id)
+            api_key, version = int(request.__api_key__), int(request.__version__)
 
-    async def _read_responses(self) -> None:
-        error: Exception = ConnectionError("connection closed")
+            def read(answer: memoryview):
+                return decode_response(api_key, version, bytes(answer))[1]
+        self._pending.append((correlation_id, read, future))
+        self._transport.write(frame)
+        # a timer on the future itself: no task to wrap it in, nothing to shield
+        timer = loop.call_later(timeout, self._expire, future, timeout)
         try:
-            while True:
-                size = _int32.unpack(await self.reader.readexactly(4))[0]
-                if not 0 <= size <= MAX_RESPONSE_BYTES:
-                    raise ConnectionError(f"response size {size} is not plausible")
-                frame = await self.reader.readexactly(size)
-                if not self._pending:
-                    raise ConnectionError("a response nobody asked for")
-                correlation_id, api_key, version, future = self._pending.popleft()
-                got_id, response = decode_response(api_key, version, frame)
-                if got_id != correlation_id:
-                    raise ConnectionError(f"response {got_id} where {correlation_id} was due")
-                if not future.done():
-                    future.set_result(response)
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            # ConnectionError itself is ours (a response out of place) and says why; the
-            # socket's errors (ConnectionResetError, ... also OSErrors) are a lost connection
-            error = exc if type(exc) is ConnectionError else ConnectionError(f"connection lost: {exc!r}")
-        except Exception as exc:  # an undecodable response: the stream cannot be trusted
-            error = ConnectionError(f"bad response: {exc!r}")
+            return await future  # a cancelled caller cancels it: its answer is then dropped
         finally:
-            self.writer.close()
-            while self._pending:
-                future = self._pending.popleft()[3]
-                if not future.done():
-                    future.set_exception(error)
+            timer.cancel()
+
+    def _expire(self, future: asyncio.Future, timeout: float) -> None:
+        if not future.done():
+            future.set_exception(ConnectionError(f"no answer within {timeout:g} s"))
+            self.close()  # later answers on this stream could no longer be matched
+
+    # --- asyncio.BufferedProtocol --------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._error is not None:
+            return
+        try:
+            for frame in self._frames.buffer_updated(nbytes):
+                self._answer(frame)
+        except FrameTooLarge as exc:
+            self._fail(ConnectionError(f"response size {exc.size} is not plausible"))
+        except ConnectionError as exc:
+            self._fail(exc)
+        except Exception as exc:  # an undecodable response: the stream cannot be trusted
+            self._fail(ConnectionError(f"bad response: {exc!r}"))
+
+    def _answer(self, frame: memoryview) -> None:
+        if not self._pending:
+            raise ConnectionError("a response nobody asked for")
+        correlation_id, read, future = self._pending.popleft()
+        got_id = _correlation_id.unpack_from(frame, 0)[0]
+        if got_id != correlation_id:
+            raise ConnectionError(f"response {got_id} where {correlation_id} was due")
+        if not future.done():  # its caller may have given up (cancelled, or timed out)
+            future.set_result(read(frame))
+
+    def eof_received(self) -> bool:
+        return False  # close: no request can be answered after the leader's end of stream
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionError(f"connection lost: {exc!r}" if exc is not None
+                                   else "connection lost: closed by the other side"))
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    # --- closing ----------------------------------------------------------------------------
+    def _fail(self, error: ConnectionError) -> None:
+        """The connection is done: fail what is pending with ``error`` and close."""
+        if self._error is None:
+            self._error = error
+        if self._transport is not None:
+            self._transport.close()
+        while self._pending:
+            future = self._pending.popleft()[2]
+            if not future.done():
+                future.set_exception(self._error)
 
     def close(self) -> None:
-        self._task.cancel()
-        self.writer.close()
+        self._fail(ConnectionError("connection closed"))
 
     async def wait_closed(self) -> None:
-        await asyncio.gather(self._task, return_exceptions=True)
+        if self._transport is None:
+            return
+        await asyncio.shield(self._lost)

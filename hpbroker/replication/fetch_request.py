@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpbroker.protocol import client_codec, wire_out
+from hpbroker.replication.fetch_response import FetchAnswer, decode_fetch_answer
 
 API_KEY, VERSION = 1, 15
 _LIMITS = struct.Struct(">iiibii")  # max wait, min bytes, max bytes, isolation, session id, session epoch
@@ -38,8 +39,8 @@ FetchedPartition = tuple[int, int, int, int, int, int]
 
 @dataclass(frozen=True)
 class ReplicaFetch:
-    """What ``ClientConnection.send`` writes with ``encode`` (and reads the
-    answer to as a Fetch v15 response)."""
+    """What ``ClientConnection.send`` writes with ``encode`` and reads the
+    answer to with ``read_answer`` (``fetch_response.py``)."""
 
     replica_id: int
     replica_epoch: int
@@ -68,3 +69,8 @@ class ReplicaFetch:
         out += b"\x01" + _REPLICA_STATE_TAG  # one tagged field
         out += _REPLICA_STATE.pack(self.replica_id, self.replica_epoch) + wire_out.NO_TAGS
         return wire_out.framed(out)
+
+    @staticmethod
+    def read_answer(frame: memoryview) -> FetchAnswer:
+        """The leader's answer, from its frame (size prefix removed)."""
+        return decode_fetch_answer(frame)

@@ -37,6 +37,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
 from hpbroker.errors import ErrorCode
 from hpbroker.replication.client import ClientConnection
 from hpbroker.replication.fetch_request import ReplicaFetch
+from hpbroker.replication.fetch_response import PartitionAnswer
 from hpbroker.sentinels import UNDEFINED_EPOCH as UNDEFINED
 from hpbroker.storage.errors import OffsetOutOfRangeError
 
@@ -55,7 +56,7 @@ class FollowerLog(Protocol):
     leader_epochs: list[tuple[int, int]]
 
     def end_offset_for_epoch(self, requested: int, current_epoch: int) -> tuple[int, int]: ...
-    def append_as_follower(self, records: bytes) -> int: ...
+    def append_as_follower(self, records: bytes | memoryview) -> int: ...
     def truncate_to(self, offset: int) -> None: ...
     def follow_leader_log_start(self, leader_log_start: int) -> int: ...
 
@@ -271,7 +272,7 @@ class ReplicaFetcher:
                 if followed is not None and self.partitions.get((followed.topic, followed.partition)) is followed:
                     self._apply(followed, data)
 
-    def _apply(self, followed: Followed, data) -> None:
+    def _apply(self, followed: Followed, data: PartitionAnswer) -> None:
         error = data.error_code
         if error in _NOT_OUR_LEADER:
             self._stall(followed)
@@ -282,7 +283,7 @@ class ReplicaFetcher:
         if error != ErrorCode.none:
             log.warning("%s-%d: leader %d answered %s", followed.topic, followed.partition, self.leader_id, error.name)
             return
-        if data.diverging_epoch is not None and data.diverging_epoch.epoch >= 0:
+        if data.diverging_epoch >= 0:
             followed.truncated = False
             return
         partition_log = followed.log

@@ -660,8 +660,10 @@ class Log:
     def append_as_follower(self, records) -> int:
         """Append the leader's batches keeping their offsets, leader epochs and
         timestamps; a batch cut off at the end of a fetch response is left for
-        the next fetch.  Returns the new log end."""
-        buf = bytearray(records)
+        the next fetch.  Returns the new log end.  A writable buffer (the
+        fetch response's own, as the replica fetcher passes) is written as it
+        is, not copied: nothing here changes its bytes."""
+        buf = records if _writable(records) else bytearray(records)
         if self._follow_one(buf):
             return self._log_end_offset
         return self._follow_scanned(buf)
@@ -689,7 +691,7 @@ class Log:
                                     f"(scan stop code {scan.stop})")
         if len(scan.position) == 0:
             return self._log_end_offset
-        del buf[scan.valid_end:]
+        buf = memoryview(buf)[:scan.valid_end]  # the torn batch at the end waits for the next fetch
         if (scan.magic != 2).any():
             raise UnsupportedFormatError(f"{self._name}: only record batch v2 (magic 2) can be replicated")
         if int(scan.base_offset[0]) != self._log_end_offset:

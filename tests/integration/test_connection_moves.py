@@ -63,7 +63,7 @@ def test_connections_move_to_the_owner_of_their_partition_and_keep_their_stream(
 
     async def produce() -> tuple[list, list, list]:
         conns = [await ClientConnection.open(broker.host, broker.port, f"mover-{i}") for i in range(4)]
-        ports = [c.writer.get_extra_info("sockname")[1] for c in conns]
+        ports = [c.get_extra_info("sockname")[1] for c in conns]
         before = [_holder(broker, p) for p in ports]
         offsets: list[list[int]] = [[] for _ in conns]
         for round_ in range(rounds):

@@ -1,9 +1,11 @@
 """The broker-to-broker client connection against a real broker."""
 
 import asyncio
+import struct
 import uuid
 
 import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -96,3 +98,45 @@ def test_metadata_for_an_unknown_topic_id_echoes_it_with_unknown_topic_id(broker
 
     (topic,) = run(scenario()).topics
     assert (topic.error_code, topic.topic_id, topic.name) == (ErrorCode.unknown_topic_id, wanted, None)
+
+
+def test_an_answer_split_across_reads_and_one_whose_caller_gave_up_keep_the_stream_in_step():
+    """A large answer arrives in pieces (received into a buffer of its own); the
+    caller of the first request gives up before its answer comes, and the
+    answers after it still reach their own callers."""
+    keys = 20_000  # ApiVersions v0 entries of 6 bytes: an answer far larger than the reader's scratch
+
+    def answer(correlation_id: int, error: int, entries: int) -> bytes:
+        body = struct.pack(">ihi", correlation_id, error, entries) + struct.pack(">hhh", 0, 0, 9) * entries
+        return struct.pack(">i", len(body)) + body
+
+    async def scenario():
+        async def serve(reader, writer):
+            for correlation_id, error, entries in ((1, 0, 1), (2, 35, 0), (3, 0, keys)):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+                frame = answer(correlation_id, error, entries)
+                for i in range(0, len(frame), 7919):  # a few kilobytes at a time
+                    writer.write(frame[i:i + 7919])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        connection = await ClientConnection.open("127.0.0.1", port, "t")
+        try:
+            abandoned = asyncio.ensure_future(connection.send(ApiVersionsRequestV0()))
+            await asyncio.sleep(0)  # sent; its caller gives up before the answer is read
+            abandoned.cancel()
+            second = await connection.send(ApiVersionsRequestV0())
+            third = await connection.send(ApiVersionsRequestV0())
+        finally:
+            connection.close()
+            server.close()
+        assert abandoned.cancelled()
+        return second, third
+
+    second, third = run(scenario())
+    assert (second.error_code, len(second.api_keys)) == (ErrorCode.unsupported_version, 0)
+    assert (third.error_code, len(third.api_keys)) == (ErrorCode.none, keys)
+    assert third.api_keys[-1].max_version == 9
