@@ -435,14 +435,15 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
 @given(batches=st.lists(st.tuples(st.integers(1, 4), st.sampled_from([5, 100, 700]),
                                   st.sampled_from([0, layout.CODEC_LZ4]), st.booleans(), st.integers(0, 3)),
                         min_size=1, max_size=20),
-       deliveries=st.lists(st.sampled_from(["one", "one", "two", "crc", "again", "torn"]), min_size=1, max_size=30),
+       deliveries=st.lists(st.sampled_from(["one", "one", "two", "three", "nine", "crc", "crc2", "again", "torn",
+                                            "torn2"]), min_size=1, max_size=30),
        segment_bytes=st.sampled_from([1500, 1 << 20]))
-def test_a_followers_single_batch_takes_the_same_way_as_the_scanned_path(tmp_path_factory, batches, deliveries,
-                                                                         segment_bytes):
-    """A follower appends what its leader's log holds, a batch or two per
+def test_a_followers_few_batches_take_the_same_way_as_the_scanned_path(tmp_path_factory, batches, deliveries,
+                                                                       segment_bytes):
+    """A follower appends what its leader's log holds, a batch or a few per
     fetch, sometimes a corrupt one, one it has already, or one cut off:
-    ``append_as_follower`` (its one-batch path first) and the scanned path
-    leave the same log and answer the same."""
+    ``append_as_follower`` (its path for a few batches first) and the scanned
+    path leave the same log and answer the same."""
     config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=300)
     leader = Log.open(str(tmp_path_factory.mktemp("leader") / "t-0"), "t", 0, LogConfig())
     seq = 0
@@ -460,8 +461,12 @@ def test_a_followers_single_batch_takes_the_same_way_as_the_scanned_path(tmp_pat
     for how in deliveries:
         if at >= len(led):
             break
-        data = {"one": led[at], "two": b"".join(led[at:at + 2]), "crc": led[at][:-1] + bytes([led[at][-1] ^ 1]),
-                "again": led[max(at - 1, 0)], "torn": led[at][:-3]}[how]
+        def spoilt(batch: bytes) -> bytes:
+            return batch[:-1] + bytes([batch[-1] ^ 1])
+        data = {"one": led[at], "two": b"".join(led[at:at + 2]), "three": b"".join(led[at:at + 3]),
+                "nine": b"".join(led[at:at + 9]), "crc": spoilt(led[at]),
+                "crc2": led[at] + b"".join(spoilt(b) for b in led[at + 1:at + 2]),
+                "again": led[max(at - 1, 0)], "torn": led[at][:-3], "torn2": b"".join(led[at:at + 2])[:-3]}[how]
         a = _outcome(fast, lambda buf, _: fast.append_as_follower(buf), data, 0)
         b = _outcome(scanned, lambda buf, _: scanned._follow_scanned(buf), data, 0)
         assert a == b, how

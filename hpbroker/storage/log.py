@@ -76,6 +76,7 @@ _BASE_OFFSET = struct.Struct(">q")
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
 _NOT_PLAIN = CONTROL_BIT | TRANSACTIONAL_BIT  # batches the one-batch path leaves to the scanned one
+_FEW_BATCHES = 8  # a follower's response of more batches is scanned: the scan's setup is then worth it
 
 # Who appends (Kafka's AppendOrigin): only the broker itself may write control
 # batches (transaction markers); clients' batches get the stricter checks.
@@ -664,24 +665,49 @@ class Log:
         fetch response's own, as the replica fetcher passes) is written as it
         is, not copied: nothing here changes its bytes."""
         buf = records if _writable(records) else bytearray(records)
-        if self._follow_one(buf):
+        if self._follow_few(buf):
             return self._log_end_offset
         return self._follow_scanned(buf)
 
-    def _follow_one(self, buf) -> bool:
-        """``append_as_follower`` for a response of exactly one whole, valid v2
-        batch at the log end, in scalars; False for anything else (the scanned
-        path decides).  A property test holds the two to the same log."""
+    def _follow_few(self, buf) -> bool:
+        """``append_as_follower`` for a response of up to ``_FEW_BATCHES`` whole,
+        valid v2 batches continuing the log end, in scalars: what a follower at
+        the tail gets, a batch or a few per fetch (the scanned path's numpy
+        setup costs several times what this does for two).  False for anything
+        else, which the scanned path then decides.  A property test holds the
+        two to the same log."""
         size = len(buf)
-        if size < layout.BATCH_HEADER_SIZE:
+        view = memoryview(buf)
+        batches = []
+        pos, next_offset, newest = 0, self._log_end_offset, -1
+        while pos < size:
+            if size - pos < layout.BATCH_HEADER_SIZE or len(batches) == _FEW_BATCHES:
+                return False
+            (first, length, leader_epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id,
+             producer_epoch, base_sequence, _count) = _BATCH_HEADER.unpack_from(buf, pos)
+            end = pos + length + layout.LOG_OVERHEAD
+            if (end > size or end < pos + layout.BATCH_HEADER_SIZE or magic != 2 or first != next_offset
+                    or crc32c(view[pos + layout.CRC_START:end]) != crc):
+                return False
+            producer = (producer_id, producer_epoch, base_sequence, attributes) if producer_id >= 0 else None
+            batches.append((pos, end, first, first + last_delta, max_timestamp, leader_epoch, producer))
+            next_offset, newest = first + last_delta + 1, max(newest, max_timestamp)
+            pos = end
+        if not batches:
             return False
-        (first, length, leader_epoch, magic, crc, attributes, last_delta, _base_ts, max_timestamp, producer_id,
-         producer_epoch, base_sequence, _count) = _BATCH_HEADER.unpack_from(buf, 0)
-        if (length + layout.LOG_OVERHEAD != size or magic != 2 or first != self._log_end_offset
-                or crc32c(memoryview(buf)[layout.CRC_START:]) != crc):
-            return False
-        producer = (producer_id, producer_epoch, base_sequence, attributes) if producer_id >= 0 else None
-        self._add_one(buf, first, first + last_delta, max_timestamp, leader_epoch, producer, write=True)
+        # as _add_batches: one roll decision for the whole response, then each batch staged
+        if self._should_roll(size, newest, next_offset - 1, len(batches)):
+            self.roll()
+        segment, producers = self.active_segment, self.producer_state
+        for start, end, first, last, max_timestamp, leader_epoch, producer in batches:
+            segment.stage_one(view[start:end], first, last, max_timestamp)
+            if producer is not None:
+                producers.apply_batch(producer[0], producer[1], producer[2], first, last, max_timestamp, producer[3])
+            if self._leader_epochs.assign([(leader_epoch, first)]):
+                self._save_leader_epochs()
+        self._log_end_offset = next_offset
+        producers.set_end_offset(next_offset)
+        self.write()
         return True
 
     def _follow_scanned(self, buf) -> int:
