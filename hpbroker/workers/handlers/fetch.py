@@ -119,6 +119,13 @@ async def _wait_for_data(ctx, wanted, located, timeout_s, replica: bool):
         await asyncio.sleep(timeout_s)  # nothing can arrive: Kafka too holds such a fetch for max_wait
         return
     affinity.saw(by_owner.keys())  # a long poll is a round trip to each owner: the connection may move there
+    if len(by_owner) == 1 and ctx.owners.index in by_owner:
+        # the usual long poll, on this worker's own partitions: the purgatory's
+        # timer ends the wait, so no task and no second timer (another worker's
+        # wait keeps one here: that worker may hang)
+        here = ctx.owners.index
+        await ctx.owners.ask(WaitForData(by_owner[here], int(timeout_s * 1000), replica), here)
+        return
     waits = [asyncio.ensure_future(ctx.owners.ask(WaitForData(items, int(timeout_s * 1000), replica), owner))
              for owner, items in by_owner.items()]
     _done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
