@@ -2,13 +2,18 @@
 read from the segment files): data, limits, errors, and the long poll."""
 
 import asyncio
+import os
 import time
 import uuid
 
 import pytest
 
 from hpbroker.errors import ErrorCode
-from hpbroker.workers.handlers.fetch import published_locate
+from hpbroker.protocol import client_codec
+from hpbroker.protocol.codec import decode_request
+from hpbroker.workers.fetch_response import FileRegion
+from hpbroker.workers.handlers import ROUTES
+from hpbroker.workers.handlers.fetch import API_KEY as FETCH_KEY, SMALL_RECORDS_BYTES, published_locate
 from tests.handlers.conftest import batch, errors, fetch_request, produce_request, records_of, until, values_of
 from tests.handlers.test_delete_records import delete_records
 
@@ -189,3 +194,28 @@ def test_a_consumer_reads_through_the_table_while_the_log_rolls_and_its_start_mo
     assert p.error_code == ErrorCode.offset_out_of_range
     [p] = partitions_of(broker.fetch(12, [("t", 0, 25)]))
     assert values_of(p.records)[0] == b"25" * 100
+
+
+def test_a_few_kilobytes_are_read_into_the_answer_and_more_are_sent_from_the_file(broker):
+    """A tail fetch's batch or two goes out in the answer's own bytes (one write);
+    a larger read stays a region of the segment file, for sendfile."""
+    broker.create_topic("small")
+    broker.create_topic("large")
+    broker.produce("small", 0, b"s" * 1000)
+    broker.produce("large", 0, b"x" * (SMALL_RECORDS_BYTES + 1))
+
+    def pieces(topic: str) -> list:
+        frame = client_codec.encode_request(fetch_request(12, [(topic, 0, 0)]), 7, "client")[4:]
+        header, decoded = decode_request(frame)
+        return broker.run(ROUTES[FETCH_KEY](broker.ctx, header, decoded))
+
+    small = pieces("small")
+    assert not any(isinstance(piece, FileRegion) for piece in small)
+    large = pieces("large")
+    regions = [piece for piece in large if isinstance(piece, FileRegion)]
+    assert len(regions) == 1 and regions[0].size > SMALL_RECORDS_BYTES
+    for region in regions:
+        os.close(region.fd)  # the response's own duplicate, as the connection closes it after sending
+    assert values_of(partitions_of(broker.fetch(12, [("small", 0, 0)]))[0].records) == [b"s" * 1000]
+    large_values = values_of(partitions_of(broker.fetch(12, [("large", 0, 0)]))[0].records)
+    assert large_values == [b"x" * (SMALL_RECORDS_BYTES + 1)]

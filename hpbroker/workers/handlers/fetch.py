@@ -1,4 +1,5 @@
-"""Fetch (1): records straight from the segment files with sendfile.
+"""Fetch (1): records straight from the segment files with sendfile (a few
+kilobytes are read into the answer instead: see ``_records``).
 
 Each partition's owner says where the batches are (path, position, size) up to
 its high watermark; this worker, which holds the client's socket, sends them.
@@ -23,6 +24,7 @@ from hpbroker.workers.owner_calls import FollowerFetch, Locate, LocateResult, Wa
 API_KEY = 1
 log = logging.getLogger(__name__)
 _UNKNOWN_PARTITION = LocateResult(ErrorCode.unknown_topic_or_partition)
+SMALL_RECORDS_BYTES = 32 << 10  # up to this, records are read into the answer rather than sent with sendfile
 
 
 def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: int,
@@ -94,6 +96,19 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
     for slot, answer in zip(slots, await ctx.owners.ask_all(calls) if calls else ()):
         results[slot] = answer
     return results
+
+
+def _records(fd: int, position: int, size: int):
+    """A partition's records for the response: a few kilobytes are read into it
+    (one pread, and the answer goes out in one write); more are a FileRegion,
+    sent from the page cache with sendfile.  For a tailing consumer's or a
+    follower's batch or two, sendfile cost more than the copy it saves: a
+    descriptor duplicated and closed, and the answer split into three sends
+    around it, each a wake-up on the other side."""
+    if size <= SMALL_RECORDS_BYTES:
+        return os.pread(fd, size, position)  # short only if the file was cut meanwhile: the client asks again
+    # the response owns a duplicate: the cache may close its own before the send
+    return FileRegion(os.dup(fd), position, size)
 
 
 def _resolve(ctx, topic, version):
@@ -177,8 +192,7 @@ async def handle(ctx, header, request):
             if r.path is not None and r.size and (r.size <= budget or first):
                 fd = ctx.segment_files.fd(r.path, r.identity)
                 if fd is not None:  # else the segment was just replaced: the client fetches again
-                    # the response owns a duplicate: the cache may close its own before the send
-                    records = FileRegion(os.dup(fd), r.position, r.size)
+                    records = _records(fd, r.position, r.size)
                     budget -= r.size
                     first = False
                     observe.fetched(info.name, r.size)
