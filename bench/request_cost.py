@@ -1,6 +1,6 @@
 """What a request and a byte cost the broker: hpbroker and Tansu side by side, in one run.
 
-    .venv/bin/python bench/request_cost.py [--quick] [--markdown FILE]
+    .venv/bin/python bench/request_cost.py [--quick] [--workers N] [--markdown FILE]
 
 Broker CPU is utime+stime of every process of the broker (hpbroker's acceptor
 and workers, Tansu's one process) from /proc, read at a phase's edges; the
@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="short windows and 256 MiB per byte (about 2 minutes)")
     ap.add_argument("--markdown", help="also write the report as a markdown snippet to this file")
     ap.add_argument("--data-dir", help="where brokers and floor write (default: a fresh temp dir, removed)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="hpbroker's num.workers (default 2: one partition of each topic per worker)")
     args = ap.parse_args(argv)
     s = QUICK if args.quick else FULL
 
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hpbroker-request-cost-"))
     root.mkdir(parents=True, exist_ok=True)
     work = root / "clients"
-    hp, ta = Hpbroker(root), Tansu(tansu_bin, root)
+    hp, ta = Hpbroker(root, workers=args.workers), Tansu(tansu_bin, root)
     targets: list[Target] = [hp, ta]
     res: dict[str, dict[str, dict]] = {t.name: {} for t in targets}
     notes: list[str] = []
