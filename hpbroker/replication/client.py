@@ -73,8 +73,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
             def read(answer: memoryview):
                 return decode_response(api_key, version, bytes(answer))[1]
-        self._pending.append((correlation_id, read, future))
         self._transport.write(frame)
+        self._pending.append((correlation_id, read, future))
         # a timer on the future itself: no task to wrap it in, nothing to shield
         timer = loop.call_later(timeout, self._expire, future, timeout)
         try:
@@ -110,12 +110,14 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _answer(self, frame: memoryview) -> None:
         if not self._pending:
             raise ConnectionError("a response nobody asked for")
-        correlation_id, read, future = self._pending.popleft()
+        correlation_id, read, future = self._pending[0]
         got_id = _correlation_id.unpack_from(frame, 0)[0]
         if got_id != correlation_id:
             raise ConnectionError(f"response {got_id} where {correlation_id} was due")
+        answer = read(frame)  # an undecodable one fails it with the rest, still pending
+        self._pending.popleft()
         if not future.done():  # its caller may have given up (cancelled, or timed out)
-            future.set_result(read(frame))
+            future.set_result(answer)
 
     def eof_received(self) -> bool:
         return False  # close: no request can be answered after the leader's end of stream

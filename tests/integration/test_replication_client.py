@@ -140,3 +140,28 @@ def test_an_answer_split_across_reads_and_one_whose_caller_gave_up_keep_the_stre
     assert (second.error_code, len(second.api_keys)) == (ErrorCode.unsupported_version, 0)
     assert (third.error_code, len(third.api_keys)) == (ErrorCode.none, keys)
     assert third.api_keys[-1].max_version == 9
+
+
+@pytest.mark.parametrize("answer, reason", [
+    (struct.pack(">ihi", 999, 0, 0), "response 999 where 1 was due"),  # another request's correlation id
+    (struct.pack(">i", 1) + b"\x00", "bad response"),  # its own id, then a body cut short
+], ids=["another request's id", "its body cut short"])
+def test_a_bad_answer_fails_its_own_request_at_once_with_the_reason(answer, reason):
+    async def scenario():
+        async def serve(reader, writer):
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            await reader.readexactly(size)
+            writer.write(struct.pack(">i", len(answer)) + answer)
+            await reader.read()  # holds the connection open: only the answer can end the wait
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        connection = await ClientConnection.open("127.0.0.1", port, "t")
+        try:
+            with pytest.raises(ConnectionError, match=reason):
+                await connection.send(ApiVersionsRequestV0(), timeout=30)
+        finally:
+            connection.close()
+            server.close()
+
+    run(asyncio.wait_for(scenario(), 10))  # well inside the request's own 30 s timeout

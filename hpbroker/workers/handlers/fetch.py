@@ -106,7 +106,10 @@ def _records(fd: int, position: int, size: int):
     descriptor duplicated and closed, and the answer split into three sends
     around it, each a wake-up on the other side."""
     if size <= SMALL_RECORDS_BYTES:
-        return os.pread(fd, size, position)  # short only if the file was cut meanwhile: the client asks again
+        data = os.pread(fd, size, position)
+        # short only if the file was cut since it was located: nothing, and the
+        # client asks again (a torn first batch would be an error to a consumer)
+        return data if len(data) == size else b""
     # the response owns a duplicate: the cache may close its own before the send
     return FileRegion(os.dup(fd), position, size)
 
