@@ -430,3 +430,24 @@ def test_an_answer_from_a_file_larger_than_the_socket_takes_at_once_arrives_whol
             assert await s.read(len(answer(2))) == answer(2)
             assert s.ctx.bytes_out == 8 + size + len(answer(2))
         run(scenario)
+
+
+def test_an_answer_whose_file_ends_early_closes_the_connection_instead_of_breaking_the_stream(caplog):
+    """A region promises more bytes than its file holds now (cut after it was
+    located): the size prefix is out, so the connection closes rather than let
+    the next answer's bytes stand in for the missing ones."""
+    with tempfile.TemporaryFile() as f:
+        f.write(b"x" * 100)
+        f.flush()
+
+        async def scenario(s):
+            s.handler.owed = {1}
+            s.handler.files, s.handler.file_bytes = {1: f.fileno()}, {1: 1100}
+            s.handler.gates[1] = asyncio.Event()
+            s.handler.gates[1].set()
+            await s.send(request(1) + request(2))
+            got = await s.read_to_the_end()
+            assert got[:8] == struct.pack(">ii", 4 + 1100, 1) and len(got) <= 8 + 100
+            assert answer(2) not in got
+        run(scenario)
+    assert_one_line(caplog, "write failed: a segment file ended 1000 bytes into an answer")

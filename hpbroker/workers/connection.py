@@ -415,8 +415,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 sent = self._sendfile_now(piece)
                 if sent < piece.size:
                     region = cast(IO[bytes], _RegionFile(piece.fd))  # what sendfile calls on a file, and no more
-                    await asyncio.get_running_loop().sendfile(self.transport, region, piece.position + sent,
-                                                              piece.size - sent, fallback=False)
+                    sent += await asyncio.get_running_loop().sendfile(self.transport, region, piece.position + sent,
+                                                                      piece.size - sent, fallback=False)
+                    if sent < piece.size:
+                        # the file ends before the region (cut since it was located): the size
+                        # prefix already promised those bytes, so the stream cannot go on
+                        raise ConnectionError(f"a segment file ended {piece.size - sent} bytes into an answer")
                     if self.paused or self.draining:
                         self.transport.pause_reading()  # sendfile resumed reading behind our back
                 self.ctx.bytes_out += piece.size
