@@ -275,6 +275,36 @@ def test_a_failed_write_rolls_back_and_loses_nothing(tmp_path):
     assert [r.offset for r in read_all(log)] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("how", ["produce", "follower"])
+def test_a_new_leader_epoch_that_cannot_be_saved_appends_nothing_and_the_retry_lands_once(tmp_path, how):
+    """The leader-epoch checkpoint is written before the batches that start a new
+    epoch; when the disk refuses it, those batches are not left staged, where
+    the next append's write would put them in the file a second time."""
+    log = open_log(tmp_path / "log")
+    log.append(make_batch(3), leader_epoch=0)
+    if how == "produce":
+        def append():
+            return log.append(make_batch(2), leader_epoch=1).first_offset
+    else:  # two batches of the new epoch, as a follower fetches them from its leader
+        leader = open_log(tmp_path / "leader")
+        leader.append(make_batch(3), leader_epoch=0)
+        leader.append(make_batch(1), leader_epoch=1)
+        leader.append(make_batch(1), leader_epoch=1)
+        fetched = leader.read_records(3)
+
+        def append():
+            return log.append_as_follower(bytearray(fetched)) - 2
+    size = log.active_segment.size
+    with file_size_limit(10):  # the checkpoint cannot be written (nor anything else)
+        with pytest.raises(KafkaStorageError, match="leader epochs"):
+            append()
+    assert log.log_end_offset == 3 and log.leader_epochs == [(0, 0)]
+    assert os.path.getsize(log.active_segment.log_path) == size
+    assert append() == 3
+    assert [r.offset for r in read_all(log)] == [0, 1, 2, 3, 4]
+    assert log.leader_epochs == [(0, 0), (1, 3)]
+
+
 def test_corrupt_record_error_is_a_value_error():
     assert issubclass(CorruptRecordError, ValueError)
 

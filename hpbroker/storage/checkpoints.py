@@ -29,7 +29,9 @@ def write_atomically(path: str, text: str) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, text.encode())
+        left = memoryview(text.encode())
+        while left:  # a nearly full disk writes part and returns: the rest raises, so no cut file replaces a whole one
+            left = left[os.write(fd, left):]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -392,8 +392,7 @@ class Log:
         self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps, first_offsets)
         if producers:  # otherwise there is nothing to record but the end offset, set below
             self.producer_state.update_batches(scan, first_offsets, last_offsets, max_timestamps)
-        if self._leader_epochs.assign(epoch_starts):
-            self._save_leader_epochs()  # before the batches are written, as Kafka's assign flushes
+        self._assign_epochs(epoch_starts)
         self._log_end_offset = last_offset + 1
         self.producer_state.set_end_offset(self._log_end_offset)
         if write:
@@ -410,12 +409,28 @@ class Log:
             producer_id, producer_epoch, base_sequence, attributes = producer
             self.producer_state.apply_batch(producer_id, producer_epoch, base_sequence, first, last, max_timestamp,
                                             attributes)
-        if self._leader_epochs.assign([(leader_epoch, first)]):
-            self._save_leader_epochs()
+        self._assign_epochs([(leader_epoch, first)])
         self._log_end_offset = last + 1
         self.producer_state.set_end_offset(self._log_end_offset)
         if write:
             self.write()
+
+    def _assign_epochs(self, epoch_starts) -> None:
+        """Record the leader epochs batches just staged start; a new one is saved
+        before they are written, as Kafka's assign flushes.  When that save
+        fails (a full disk), the staged batches are forgotten again before the
+        error goes up: left staged, the next append's write would put them in
+        the file too, under the very offsets that append reuses."""
+        if not self._leader_epochs.assign(epoch_starts):
+            return
+        try:
+            self._save_leader_epochs()
+        except OSError as exc:
+            self.active_segment.discard_staged()
+            self._leader_epochs.truncate_from_end(self._written_offset)
+            self._reload_producer_state(self._written_offset)
+            raise KafkaStorageError(f"{self._name}: saving the leader epochs failed, nothing appended: {exc}") \
+                from exc
 
     def _recompress(self, buf, scan):
         """The batches in the topic's ``compression.type`` codec, and their new
@@ -703,8 +718,7 @@ class Log:
             segment.stage_one(view[start:end], first, last, max_timestamp)
             if producer is not None:
                 producers.apply_batch(producer[0], producer[1], producer[2], first, last, max_timestamp, producer[3])
-            if self._leader_epochs.assign([(leader_epoch, first)]):
-                self._save_leader_epochs()
+            self._assign_epochs([(leader_epoch, first)])
         self._log_end_offset = next_offset
         producers.set_end_offset(next_offset)
         self.write()

@@ -256,6 +256,10 @@ class LogSegment:
         self._clear_pending()
         self._state = self._staged.copy()
 
+    def discard_staged(self) -> None:
+        """Forget what is staged and not written (the append that staged it failed)."""
+        self._discard_staged()
+
     def _discard_staged(self) -> None:
         os.ftruncate(self.fd, self._state.size)
         self.offset_index.truncate_to(self._state.next_offset)
