@@ -145,14 +145,10 @@ class Partitions:
         """Call type -> the method answering it (``owners.py`` dispatches on it)."""
         return dict(self._handlers)
 
-    async def settled(self) -> None:
-        """Return once this worker's leaderships are not in doubt (or it waited long enough)."""
-        if self.replicas is not None:
-            await self.replicas.settled()
-
     async def batch(self, call: Batch) -> Batched:
-        """Several partitions' calls in one round trip."""
-        if self.replicas is not None and not self.replicas.trusted():
+        """Several partitions' calls in one round trip, once this worker's
+        leaderships are not in doubt (or it waited long enough)."""
+        if self.replicas is not None and not self.replicas.trusted():  # nearly always trusted: no coroutine made
             await self.replicas.settled()
         results = []
         for one in call.calls:
