@@ -138,3 +138,18 @@ def test_no_code_of_the_broker_needs_to_run_in_a_task_of_its_own():
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if needing_a_task.search(line)]
     assert found == []
+
+
+def test_all_of_awaits_one_in_the_callers_task_and_gathers_several_in_order():
+    async def where(value):
+        await asyncio.sleep(0)
+        return value, asyncio.current_task()
+
+    async def main():
+        me = asyncio.current_task()
+        assert await eager.all_of([where("a")]) == [("a", me)]  # no task made for it
+        several = await eager.all_of([where("b"), where("c")])
+        assert [value for value, _ in several] == ["b", "c"]
+        assert all(task is not me for _, task in several)
+        assert await eager.all_of([]) == []
+    run(main)

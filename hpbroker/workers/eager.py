@@ -12,8 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def all_of(awaitables: list[Awaitable[T]]) -> list[T]:
+    """Their results, in order: ``asyncio.gather`` makes a task per awaitable,
+    which for the usual one (one owner, one partition) is a task and a turn
+    of the loop for nothing, so one is awaited as it is."""
+    if len(awaitables) == 1:
+        return [await awaitables[0]]
+    return list(await asyncio.gather(*awaitables))
 
 
 def start(coro: Coroutine, context: contextvars.Context) -> tuple[Any, asyncio.Task | None]:

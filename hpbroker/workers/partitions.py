@@ -23,7 +23,6 @@ producer's pipelined requests, the first refused and the next out of sequence.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ import msgspec.structs
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.storage import LogManager, filenames
+from hpbroker.workers import eager
 from hpbroker.workers.owner_calls import (
     Append,
     AppendResult,
@@ -246,11 +246,8 @@ class Partitions:
         NOT_LEADER_OR_FOLLOWER when leadership went, REQUEST_TIMED_OUT when time
         ran out."""
         timeout_s = call.timeout_ms / 1000
-        if len(call.items) == 1:  # the usual produce: one partition, no task to gather
-            [(topic, partition, end)] = call.items
-            return Replicated([await self._replicated(topic, partition, end, timeout_s)])
-        return Replicated(list(await asyncio.gather(*(self._replicated(topic, partition, end, timeout_s)
-                                                     for topic, partition, end in call.items))))
+        return Replicated(await eager.all_of([self._replicated(topic, partition, end, timeout_s)
+                                              for topic, partition, end in call.items]))
 
     async def _replicated(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
         found = self.resolve(topic, partition)

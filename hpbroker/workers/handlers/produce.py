@@ -4,11 +4,11 @@ straight to the wire (``protocol/produce_response.py``).  An acks=all answer
 that must wait for the replicas is owed (``Later``): the connection handles
 the producer's next request meanwhile."""
 
-import asyncio
 import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import produce_response
+from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
@@ -46,11 +46,7 @@ async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
             if error != ErrorCode.none:
                 results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
 
-    if len(by_owner) == 1:  # one owner: no task to gather
-        [(owner, indexes)] = by_owner.items()
-        await one(owner, indexes)
-    elif by_owner:
-        await asyncio.gather(*(one(owner, indexes) for owner, indexes in by_owner.items()))
+    await eager.all_of([one(owner, indexes) for owner, indexes in by_owner.items()])
     return results
 
 
