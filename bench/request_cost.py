@@ -12,10 +12,12 @@ after the other:
   (one connection) per producer, 2 / 10 / 100 of them, each sending 100 B
   records one per request (``batch.num.messages=1``, ``linger.ms=0``,
   ``max.in.flight=1``: one request outstanding per connection), acks=1, to
-  the two partitions of one topic; then acks=all (the clients' default) with
-  10 of them. Counted inside a steady window from the clients' own
-  statistics (interpolated at the window's edges); hpbroker's /metrics
-  counters cross-check records per request.
+  the two partitions of one topic; then 10 whose every record goes to either
+  partition at random (a keyless topic's producers: with two workers, half
+  the requests are for the other worker's partition); then acks=all (the
+  clients' default) with 10 of them. Counted inside a steady window from
+  the clients' own statistics (interpolated at the window's edges);
+  hpbroker's /metrics counters cross-check records per request.
 * fetch long poll: consumers at the end of an empty partition, each Fetch
   waiting ``fetch.wait.max.ms`` and coming back empty (the purgatory's timeout path).
 * ListOffsets "latest": a Python raw-socket loop, one request outstanding per
@@ -108,11 +110,17 @@ def windowed(target: Target, fleet: Fleet, api: str, s: Settings) -> dict:
             "us": r["broker_cpu"] / requests * 1e6 if requests else float("nan"), "server": server}
 
 
-def produce_requests(target: Target, perf: Path, work: Path, conns: int, s: Settings, acks: int = 1) -> dict:
-    argvs = [["-P", "-t", REQ_TOPIC, "-p", str(i % PARTITIONS), "-s", "100", "-a", str(acks), "-b", target.bootstrap,
-              "-X", "linger.ms=0", "-X", "batch.num.messages=1", "-X", "max.in.flight=1",
+def produce_requests(target: Target, perf: Path, work: Path, conns: int, s: Settings, acks: int = 1,
+                     spread: bool = False) -> dict:
+    """Each connection writes one partition, or with ``spread`` each record to a partition of
+    its own random choice (librdkafka's partitioner, not sticky), as producers of a keyless
+    topic do: then half a connection's requests are for the partition another worker owns."""
+    where = ["-X", "sticky.partitioning.linger.ms=0"] if spread else None
+    argvs = [["-P", "-t", REQ_TOPIC, *(where or ["-p", str(i % PARTITIONS)]), "-s", "100", "-a", str(acks),
+              "-b", target.bootstrap, "-X", "linger.ms=0", "-X", "batch.num.messages=1", "-X", "max.in.flight=1",
               "-X", "queue.buffering.max.messages=1000"] for i in range(conns)]
-    return windowed(target, Fleet(perf, work / f"{target.name}-produce-{conns}-acks{acks}", argvs), "Produce", s)
+    name = f"{target.name}-produce-{conns}-acks{acks}{'-spread' if spread else ''}"
+    return windowed(target, Fleet(perf, work / name, argvs), "Produce", s)
 
 
 def fetch_long_poll(target: Target, perf: Path, work: Path, s: Settings) -> dict:
@@ -228,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             for t in targets if i % 2 == 0 else targets[::-1]:  # alternate who goes first
                 say(f"produce, one 100 B record per request, {conns} connections: {t.name} ...")
                 res[t.name][f"produce-{conns}"] = produce_requests(t, perf, work, conns, s)
+        for t in targets[::-1]:
+            say(f"produce, one 100 B record per request to either partition, {s.acks_all_conns} connections: "
+                f"{t.name} ...")
+            res[t.name]["produce-spread"] = produce_requests(t, perf, work, s.acks_all_conns, s, spread=True)
         for t in targets:
             say(f"produce, one 100 B record per request, acks=all, {s.acks_all_conns} connections: {t.name} ...")
             res[t.name]["produce-all"] = produce_requests(t, perf, work, s.acks_all_conns, s, acks=-1)
@@ -263,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_row(f"produce 1 x 100 B per request, {conns} conns: CPU µs/request", a["us"], b["us"], 1,
                          load=(a, b)))
         rows.append(_row(f"produce 1 x 100 B per request, {conns} conns: requests/s", a["rps"], b["rps"], 0))
+    a, b = h["produce-spread"], t["produce-spread"]
+    label = f"produce 1 x 100 B per request, either partition, {s.acks_all_conns} conns"
+    rows.append(_row(f"{label}: CPU µs/request", a["us"], b["us"], 1, load=(a, b)))
+    rows.append(_row(f"{label}: requests/s", a["rps"], b["rps"], 0))
     a, b = h["produce-all"], t["produce-all"]
     label = f"produce 1 x 100 B per request, acks=all, {s.acks_all_conns} conns"
     rows.append(_row(f"{label}: CPU µs/request", a["us"], b["us"], 1, load=(a, b)))
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- notes: what was counted, checks, CPU splits
     for name, r in res.items():
         idle_rate = r["idle"]["broker_cpu"] / r["idle"]["wall"]
-        for key in [f"produce-{c}" for c in s.levels] + ["produce-all", "fetch"]:
+        for key in [f"produce-{c}" for c in s.levels] + ["produce-spread", "produce-all", "fetch"]:
             x = r[key]
             line = (f"{name} {key}: {x['requests']:,.0f} requests in {x['wall']:.1f} s, broker user "
                     f"{x['broker_user']:.2f} + sys {x['broker_sys']:.2f} s{_net(x, idle_rate)}, "

@@ -254,6 +254,23 @@ def test_a_request_begun_as_it_arrived_that_waits_keeps_its_context_and_the_next
     run(scenario)
 
 
+def test_after_a_request_that_waited_the_next_is_again_handled_in_the_turn_that_read_it():
+    """A request waiting on another worker must not send every later request
+    of its connection through the serving task (a wake-up and a turn of the
+    loop each): once it is done and nothing is queued, the read callback
+    begins the next one itself, as before it."""
+    async def scenario(s):
+        gate = await begin_a_waiting_request(s)
+        gate.set()
+        assert await s.read(len(answer(2))) == answer(2)
+        await s.send(request(3))
+        assert await s.read(len(answer(3))) == answer(3)
+        assert s.handler.handled == [1, 2, 3]
+        assert s.handler.tasks[1] is None and s.handler.tasks[2] is None  # 2 began in a read callback, 3 too
+        assert s.connection.started is None
+    run(scenario)
+
+
 @pytest.mark.parametrize("size, logged", [
     (LIMIT + 1, f"request of {LIMIT + 1} bytes exceeds socket.request.max.bytes={LIMIT}"),
     (0x7FFFFFFF, f"request of {0x7FFFFFFF} bytes exceeds socket.request.max.bytes={LIMIT}"),

@@ -54,6 +54,7 @@ class Target:
     def __init__(self):
         self.gates: dict[str, asyncio.Event] = {}
         self.entered: dict[str, asyncio.Event] = {}
+        self.tasks: list = []  # per ListOffset, the task it was answered in (None: the read callback)
 
     def handlers(self) -> dict:
         return {Append: self.append, ListOffset: self.list_offset, Heartbeat: self.wait_for}
@@ -62,6 +63,7 @@ class Target:
         return AppendResult(ErrorCode.none, base_offset=len(call.records))
 
     def list_offset(self, call: ListOffset) -> ListedOffset:
+        self.tasks.append(asyncio.current_task())
         if call.timestamp == -99:
             raise ValueError("disk on fire")
         if call.timestamp == -98:
@@ -103,6 +105,29 @@ def test_a_call_returns_its_result_typed_as_declared():
             answer = await asyncio.wait_for(client.call(3, Append("t", 0, b"abc", -1)), TIMEOUT_S)
             assert answer == AppendResult(ErrorCode.none, base_offset=3)
             assert isinstance(answer.error, ErrorCode)
+        finally:
+            client.close()
+            server.close()
+    run(scenario())
+
+
+def test_a_call_that_waits_for_nothing_is_answered_in_the_read_callback_and_one_that_waits_in_a_task():
+    """The owner starts each call where its frame was read: one that finishes
+    there costs no task and no turn of the loop; one that waits goes on in a
+    task and is answered when it is done, while calls behind it are answered."""
+    async def scenario():
+        tag = unique_tag()
+        server, target = await serving(tag)
+        client = PeerClient(tag)
+        try:
+            waiting = asyncio.ensure_future(client.call(0, Heartbeat("g", 1, "waits")))
+            await entered(target, "waits")
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(client.call(0, ListOffset("t", 0, i)) for i in range(3))), TIMEOUT_S)
+            assert [a.offset for a in answers] == [0, 1, 2] and not waiting.done()
+            assert target.tasks == [None, None, None]
+            target.gates["waits"].set()
+            assert await asyncio.wait_for(waiting, TIMEOUT_S) == Done(ErrorCode.none)
         finally:
             client.close()
             server.close()

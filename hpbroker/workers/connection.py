@@ -194,8 +194,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
         waits goes on in a task of its own, and the serving task takes the next
         frame only after it."""
         going, self.started = eager.start(self._one(frame), self.context)
-        if self.started is None and not going:
+        if self.started is not None:
+            self.started.add_done_callback(self._started_done)
+        elif not going:
             self.queue.put_nowait(None)  # the connection is done for: the serving task ends
+
+    def _started_done(self, task: asyncio.Task) -> None:
+        """A request that waited is done.  With nothing queued behind it, the
+        connection is as it was before that request: the next one starts in the
+        read callback again, instead of going through the serving task (a
+        wake-up and a turn of the loop, for every request after the first that
+        waited on another worker)."""
+        if task is not self.started or not self.queue.empty() or task.cancelled() or task.exception() is not None:
+            return  # the serving task deals with it
+        self.started = None
+        if not task.result():
+            self.queue.put_nowait(None)  # the connection is done for: the serving task ends
+        elif self._moved():
+            self.queue.put_nowait(None)  # handed to another worker: the serving task ends
 
     async def _serve(self) -> None:
         try:

@@ -22,6 +22,7 @@ owner client (``owners.py``) turns it into the call's retriable error.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import socket
@@ -30,8 +31,10 @@ from collections.abc import Callable
 from typing import cast
 
 from hpbroker.errors import ErrorCode
+from hpbroker.protocol.exceptions import FrameTooLarge
+from hpbroker.protocol.framing import FrameReader
 from hpbroker.shared.payload_arena import ArenaReceiver, ArenaRef, ArenaSender, RefusedPayload
-from hpbroker.workers import owner_calls
+from hpbroker.workers import eager, owner_calls
 from hpbroker.workers.owner_calls import Append, Batch, ChannelError, Failed, OwnerError
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 _LENGTH = struct.Struct(">I")
 _CONNECT_TIMEOUT_S = 2.0
 MAX_FRAME_BYTES = 256 << 20  # a larger length prefix is a broken stream
+_SCRATCH_BYTES = 65536  # calls and answers arrive several to a read; an inline payload above this gets its own buffer
 
 
 class PeerUnavailable(Exception):
@@ -47,14 +51,6 @@ class PeerUnavailable(Exception):
 
 def socket_name(broker_tag: str, worker: int) -> str:
     return f"\0hpbroker-{broker_tag}-worker-{worker}"
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    size = _LENGTH.unpack(await reader.readexactly(4))[0]
-    if size > MAX_FRAME_BYTES:
-        log.error("peer channel closed: a frame of %d bytes", size)
-        raise ConnectionError(f"a peer frame of {size} bytes")
-    return await reader.readexactly(size)
 
 
 def _frame(body: bytes) -> bytes:
@@ -113,77 +109,142 @@ class PeerServer:
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.name)
-        self._server = await asyncio.start_unix_server(self._serve, sock=sock)
-
-    async def _serve(self, reader, writer) -> None:
-        try:
-            while True:
-                frame = await _read_frame(reader)
-                try:
-                    call_id, call = owner_calls.decode_call(frame)
-                    if self.arena is not None:
-                        call = _by_value(call, self.arena)  # now, while the sender holds the slots
-                except ChannelError as exc:
-                    log.error("peer call refused: %s", exc)
-                    if exc.call_id is not None:
-                        self._reply(writer, exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
-                    continue
-                except RefusedPayload as exc:  # its sender restarted since: nobody waits for this answer
-                    log.error("peer call refused: %s", exc)
-                    self._reply(writer, call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
-                    continue
-                asyncio.get_running_loop().create_task(self._answer(writer, call_id, call))
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the peer went away, or this worker is stopping
-        finally:
-            writer.close()
-
-    async def _answer(self, writer, call_id: int, call) -> None:
-        try:
-            result = await self.local.call(call)
-        except OwnerError as exc:
-            result = Failed(exc.error, str(exc))
-        self._reply(writer, call_id, result)
-
-    @staticmethod
-    def _reply(writer, call_id: int, result) -> None:
-        try:
-            writer.write(_frame(owner_calls.encode(call_id, result)))
-        except (ConnectionError, RuntimeError):
-            pass
+        self._server = await asyncio.get_running_loop().create_unix_server(lambda: _Serving(self), sock=sock)
 
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
 
 
-class _Connection:
-    def __init__(self, reader, writer, arena: ArenaSender | None):
-        self.reader, self.writer = reader, writer
+class _Serving(asyncio.BufferedProtocol):
+    """One peer's channel to this worker.  A call is started in the read
+    callback that completed its frame (``eager.py``): most finish there (an
+    append to this worker's log), and their answers, all those of one read,
+    go out in one write.  A call that waits is carried on by a task, which
+    writes its answer when it has it."""
+
+    def __init__(self, server: PeerServer):
+        self.local = server.local
+        self.arena = server.arena
+        self._frames = FrameReader(MAX_FRAME_BYTES, _SCRATCH_BYTES)
+        self._transport: asyncio.Transport | None = None
+        self._answers: list[bytes] | None = None  # while a read's calls run: their answers, written together
+        self._tasks: set[asyncio.Task] = set()  # calls that wait, held until they end (even if the peer goes)
+
+    def connection_made(self, transport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self._frames.buffer_updated(nbytes)
+        except FrameTooLarge as exc:
+            log.error("peer channel closed: a frame of %d bytes", exc.size)
+            self._close()
+            return
+        self._answers = answers = []
+        try:
+            for frame in frames:
+                try:
+                    self._start(frame)
+                except Exception:  # a bug: logged, and the calls after it are still answered
+                    log.exception("a peer call could not be started")
+        finally:
+            self._answers = None
+            if answers and self._transport is not None:
+                self._transport.write(b"".join(answers))
+
+    def _start(self, frame: memoryview) -> None:
+        try:
+            call_id, call = owner_calls.decode_call(frame)
+            if self.arena is not None:
+                call = _by_value(call, self.arena)  # now, while the sender holds the slots
+        except ChannelError as exc:
+            log.error("peer call refused: %s", exc)
+            if exc.call_id is not None:
+                self._reply(exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
+            return
+        except RefusedPayload as exc:  # its sender restarted since: nobody waits for this answer
+            log.error("peer call refused: %s", exc)
+            self._reply(call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
+            return
+        _, task = eager.start(self._answer(call_id, call), contextvars.copy_context())
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, call_id: int, call) -> None:
+        try:
+            result = await self.local.call(call)
+        except OwnerError as exc:
+            result = Failed(exc.error, str(exc))
+        self._reply(call_id, result)
+
+    def _reply(self, call_id: int, result) -> None:
+        answer = _frame(owner_calls.encode(call_id, result))
+        if self._answers is not None:
+            self._answers.append(answer)
+        elif self._transport is not None and not self._transport.is_closing():
+            self._transport.write(answer)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # the peer went away, or this worker is stopping: calls under way still finish
+        # (an append is not cut halfway), and their answers are dropped
+        self._transport = None
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """This worker's channel to one peer: each answer resolves its call's
+    future in the read callback that completed its frame."""
+
+    def __init__(self, arena: ArenaSender | None):
         self.arena = arena
         self.pending: dict[int, asyncio.Future] = {}
         self.slots: dict[int, list[ArenaRef]] = {}  # call id -> the arena slots its owner may still read
-        self.task = asyncio.get_running_loop().create_task(self._read_replies())
+        self._frames = FrameReader(MAX_FRAME_BYTES, _SCRATCH_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
 
-    async def _read_replies(self) -> None:
+    def connection_made(self, transport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            while True:
-                frame = await _read_frame(self.reader)
-                try:
-                    call_id, result = owner_calls.decode_result(frame)
-                except ChannelError as exc:
-                    log.error("a peer's answer refused: %s", exc)
-                    if exc.call_id is None:
-                        continue
-                    call_id, result = exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc))
-                self.release(call_id)  # answered: the owner copied its payloads long ago
-                future = self.pending.pop(call_id, None)
-                if future is not None and not future.done():
-                    future.set_result(result)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
+            frames = self._frames.buffer_updated(nbytes)
+        except FrameTooLarge as exc:
+            log.error("peer channel closed: an answer of %d bytes", exc.size)
             self.fail_all()
+            return
+        for frame in frames:
+            try:
+                call_id, result = owner_calls.decode_result(frame)
+            except ChannelError as exc:
+                log.error("a peer's answer refused: %s", exc)
+                if exc.call_id is None:
+                    continue
+                call_id, result = exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc))
+            self.release(call_id)  # answered: the owner copied its payloads long ago
+            future = self.pending.pop(call_id, None)
+            if future is not None and not future.done():
+                future.set_result(result)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail_all()
 
     def release(self, call_id: int) -> None:
         refs = self.slots.pop(call_id, None)
@@ -192,13 +253,15 @@ class _Connection:
                 self.arena.release(ref)
 
     def fail_all(self) -> None:
+        self.closed = True
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(PeerUnavailable("peer closed the channel"))
         self.pending.clear()
         for call_id in list(self.slots):  # the owner is gone: nothing reads them any more
             self.release(call_id)
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
 
 class PeerClient:
@@ -215,7 +278,7 @@ class PeerClient:
 
     async def _connection(self, worker: int) -> _Connection:
         conn = self._connections.get(worker)
-        if conn is not None and not conn.task.done():
+        if conn is not None and not conn.closed:
             return conn
         pending = self._connecting.get(worker)
         if pending is None:
@@ -228,19 +291,22 @@ class PeerClient:
                 self._connecting.pop(worker, None)
 
     async def _connect(self, worker: int) -> _Connection:
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(socket_name(self.broker_tag, worker)), _CONNECT_TIMEOUT_S)
+            _, conn = await asyncio.wait_for(
+                loop.create_unix_connection(lambda: _Connection(self.arena), socket_name(self.broker_tag, worker)),
+                _CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             raise PeerUnavailable(f"worker {worker} is not reachable: {exc}") from None
-        conn = _Connection(reader, writer, self.arena)
         self._connections[worker] = conn
         return conn
 
     async def call(self, worker: int, call):
         """``call``'s result (or ``Failed``) from worker ``worker``; PeerUnavailable
         when it cannot be reached or goes away before answering."""
-        conn = await self._connection(worker)
+        conn = self._connections.get(worker)
+        if conn is None or conn.closed:
+            conn = await self._connection(worker)
         call_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         conn.pending[call_id] = future
@@ -252,7 +318,7 @@ class PeerClient:
             # coroutine ends: a cancelled caller must not free what the owner still reads
             conn.slots[call_id] = refs
         try:
-            conn.writer.write(_frame(owner_calls.encode(call_id, call)))
+            conn.transport.write(_frame(owner_calls.encode(call_id, call)))
         except (ConnectionError, RuntimeError) as exc:
             conn.pending.pop(call_id, None)
             conn.release(call_id)
@@ -261,6 +327,5 @@ class PeerClient:
 
     def close(self) -> None:
         for conn in self._connections.values():
-            conn.task.cancel()
             conn.fail_all()
         self._connections.clear()
