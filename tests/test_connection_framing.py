@@ -299,6 +299,17 @@ def test_a_frame_at_the_size_limit_is_read():
     run(scenario)
 
 
+def test_a_request_whole_before_a_bad_size_in_the_same_read_is_answered_then_the_connection_closes(caplog):
+    async def scenario(s):
+        await s.send(request(1) + struct.pack(">i", LIMIT + 1) + b"junk")
+        assert await s.read_to_the_end() == answer(1)
+        await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+        assert s.handler.handled == [1] and s.connection.dropped
+    with caplog.at_level(logging.WARNING, logger="hpbroker.workers.connection"):
+        run(scenario)
+    assert_one_line(caplog, f"request of {LIMIT + 1} bytes exceeds socket.request.max.bytes={LIMIT}")
+
+
 @pytest.mark.parametrize("body, logged", [
     (b"", "malformed request: request of 0 bytes is shorter than a header"),
     (struct.pack(">hhi", API_VERSIONS, 0, 5)[:7], "malformed request: request of 7 bytes is shorter than a header"),

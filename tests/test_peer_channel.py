@@ -263,6 +263,46 @@ def test_a_length_beyond_the_limit_closes_that_channel_only(caplog):
     assert any("peer channel closed" in r.getMessage() for r in caplog.records)
 
 
+def test_a_call_whole_before_a_bad_length_in_the_same_read_is_answered_then_the_channel_closes(caplog):
+    """The owner may have acted on the calls ahead of a broken frame: they are
+    answered before the channel closes, not failed as if never run."""
+    async def scenario():
+        tag = unique_tag()
+        server, _ = await serving(tag)
+        reader, writer = await asyncio.open_unix_connection(socket_name(tag, 0))
+        try:
+            body = owner_calls.encode(7, ListOffset("t", 0, 7))
+            writer.write(struct.pack(">I", len(body)) + body + struct.pack(">I", peers.MAX_FRAME_BYTES + 1))
+            rest = await asyncio.wait_for(reader.read(), TIMEOUT_S)  # everything until the server closes
+            size = struct.unpack_from(">I", rest)[0]
+            assert len(rest) == 4 + size
+            assert owner_calls.decode_result(rest[4:]) == (7, ListedOffset(ErrorCode.none, offset=7))
+        finally:
+            writer.close()
+            server.close()
+    with caplog.at_level(logging.ERROR, logger="hpbroker.workers.peers"):
+        run(scenario())
+    assert any("peer channel closed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stopping_worker_closes_the_channels_open_to_it():
+    """Once its server closes, a stopping worker reads no more calls (its logs
+    close next): a peer's channel ends and its next call is unavailable."""
+    async def scenario():
+        tag = unique_tag()
+        server, _ = await serving(tag)
+        client = PeerClient(tag)
+        try:
+            assert await client.call(0, ListOffset("t", 0, 1)) == ListedOffset(ErrorCode.none, offset=1)
+            server.close()
+            with pytest.raises(PeerUnavailable):
+                await asyncio.wait_for(client.call(0, ListOffset("t", 0, 2)), TIMEOUT_S)
+        finally:
+            client.close()
+            server.close()
+    run(scenario())
+
+
 def test_a_call_to_a_worker_that_is_not_listening_is_unavailable_and_owners_say_retriable():
     async def scenario():
         tag = unique_tag()

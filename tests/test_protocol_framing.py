@@ -81,6 +81,21 @@ def test_negative_size_is_refused_and_the_reader_stays_failed():
         reader.feed(frame(b"fine"))
 
 
+def test_frames_whole_before_a_bad_size_in_the_same_read_are_handed_back_then_the_failure():
+    """The stream ends at the bad size, not before it: the requests (or a
+    peer's answers) that came whole ahead of it are the caller's to handle;
+    ``failed`` then says the stream is done, and the next read raises."""
+    reader = FrameReader(max_frame_bytes=100)
+    buffer = reader.get_buffer()
+    data = frame(b"one") + frame(b"two") + struct.pack(">i", 101) + b"junk"
+    buffer[:len(data)] = data
+    assert payloads(reader.buffer_updated(len(data))) == [b"one", b"two"]
+    assert reader.failed is not None and reader.failed.size == 101
+    with pytest.raises(FrameTooLarge):
+        reader.buffer_updated(0)
+    assert payloads(FrameReader(max_frame_bytes=100).feed(data)) == [b"one", b"two"]
+
+
 def test_oversize_detected_when_prefix_arrives_in_pieces():
     reader = FrameReader(max_frame_bytes=100)
     prefix = struct.pack(">i", 101)

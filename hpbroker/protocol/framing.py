@@ -18,6 +18,10 @@ A size that is negative or above ``socket.request.max.bytes`` (Kafka default
 104857600) raises ``FrameTooLarge``: the stream cannot be resynchronised, so the
 server closes the connection and logs it, as Kafka does. The reader then stays
 failed, so a caller that ignores the exception cannot read garbage as frames.
+Frames completed before the bad size in the same read are still handed back
+(they were whole, and a peer may have acted on the ones before them): the
+failure is then in ``failed``, which the caller checks once it has handled
+them, and the next call raises it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ class FrameReader:
         self._failed: FrameTooLarge | None = None
 
     @property
+    def failed(self) -> FrameTooLarge | None:
+        """The bad size that ended the stream, once one has come (see above)."""
+        return self._failed
+
+    @property
     def buffered(self) -> int:
         """Bytes received of a frame that is not complete yet."""
         return self._filled + SIZE_PREFIX if self._big is not None else self._used
@@ -78,7 +87,12 @@ class FrameReader:
         pos = 0
         frames = []
         while end - pos >= SIZE_PREFIX:
-            size = self._checked(_size.unpack_from(scratch, pos)[0])
+            size = _size.unpack_from(scratch, pos)[0]
+            if size < 0 or size > self.max_frame_bytes:
+                self._failed = FrameTooLarge(size, self.max_frame_bytes)
+                if frames:
+                    return frames  # whole before it: the caller handles them, then sees ``failed``
+                raise self._failed
             stop = pos + SIZE_PREFIX + size
             if stop > end:
                 if SIZE_PREFIX + size > len(scratch):  # it cannot complete here: a buffer of its own
@@ -96,22 +110,22 @@ class FrameReader:
         self._used = end - pos
         return frames
 
-    def _checked(self, size: int) -> int:
-        if size < 0 or size > self.max_frame_bytes:
-            self._failed = FrameTooLarge(size, self.max_frame_bytes)
-            raise self._failed
-        return size
-
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """``data`` received some other way (a plain ``Protocol``, a test): the frames it completes."""
+        if self._failed is not None:
+            raise self._failed
         frames: list[memoryview] = []
         view = memoryview(data)
-        while view:
+        while view and self._failed is None:
             buffer = self.get_buffer()
             n = min(len(buffer), len(view))
             buffer[:n] = view[:n]
             view = view[n:]
-            frames += self.buffer_updated(n)
+            try:
+                frames += self.buffer_updated(n)
+            except FrameTooLarge:
+                if not frames:
+                    raise
         return frames
 
 

@@ -100,6 +100,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         try:
             for frame in self._frames.buffer_updated(nbytes):
                 self._answer(frame)
+            if self._frames.failed is not None:  # after whole answers, in the same read
+                raise self._frames.failed
         except FrameTooLarge as exc:
             self._fail(ConnectionError(f"response size {exc.size} is not plausible"))
         except ConnectionError as exc:

@@ -143,6 +143,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 handled_here = True
             else:
                 self.queue.put_nowait(frame)
+        failed = self.reader.failed  # after whole requests, in the same read
+        if failed is not None and not self.closing:
+            self._drop(f"request of {failed.size} bytes exceeds socket.request.max.bytes={failed.limit}")
+            return
         if handled_here and self.started is None and self.queue.empty() and self._moved():
             self.queue.put_nowait(None)  # handed to another worker: the serving task ends
         if self.queue.qsize() >= _MAX_QUEUED and not self.paused:
@@ -205,8 +209,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         read callback again, instead of going through the serving task (a
         wake-up and a turn of the loop, for every request after the first that
         waited on another worker)."""
-        if task is not self.started or not self.queue.empty() or task.cancelled() or task.exception() is not None:
+        if task is not self.started or not self.queue.empty() or task.cancelled():
             return  # the serving task deals with it
+        failure = task.exception()
+        if failure is not None:  # _one answers a handler's failure itself: this is a bug of ours
+            log.error("closing connection from %s: handling a request failed", self.peer, exc_info=failure)
+            self.closing = self.dropped = True
+            self.transport.abort()
+            return
         self.started = None
         if not task.result():
             self.queue.put_nowait(None)  # the connection is done for: the serving task ends

@@ -105,6 +105,7 @@ class PeerServer:
         self.local = local  # owners.LocalOwner
         self.arena = arena
         self._server = None
+        self.channels: set[_Serving] = set()  # the peers' open channels to this worker
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,8 +113,13 @@ class PeerServer:
         self._server = await asyncio.get_running_loop().create_unix_server(lambda: _Serving(self), sock=sock)
 
     def close(self) -> None:
+        """No new channels, and no more calls read from the open ones: the
+        worker is stopping, and its logs close next (a peer's call then fails
+        over to its retriable error)."""
         if self._server is not None:
             self._server.close()
+        for channel in list(self.channels):
+            channel._close()
 
 
 class _Serving(asyncio.BufferedProtocol):
@@ -124,6 +130,7 @@ class _Serving(asyncio.BufferedProtocol):
     writes its answer when it has it."""
 
     def __init__(self, server: PeerServer):
+        self.server = server
         self.local = server.local
         self.arena = server.arena
         self._frames = FrameReader(MAX_FRAME_BYTES, _SCRATCH_BYTES)
@@ -133,6 +140,7 @@ class _Serving(asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self.server.channels.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()
@@ -155,6 +163,10 @@ class _Serving(asyncio.BufferedProtocol):
             self._answers = None
             if answers and self._transport is not None:
                 self._transport.write(b"".join(answers))
+        failed = self._frames.failed  # after whole calls, in the same read: they were answered above
+        if failed is not None:
+            log.error("peer channel closed: a frame of %d bytes", failed.size)
+            self._close()
 
     def _start(self, frame: memoryview) -> None:
         try:
@@ -183,7 +195,11 @@ class _Serving(asyncio.BufferedProtocol):
         self._reply(call_id, result)
 
     def _reply(self, call_id: int, result) -> None:
-        answer = _frame(owner_calls.encode(call_id, result))
+        try:
+            answer = _frame(owner_calls.encode(call_id, result))
+        except Exception as exc:  # a bug: the caller still gets an answer, not a wait until the channel ends
+            log.exception("the answer to a peer's call could not be encoded")
+            answer = _frame(owner_calls.encode(call_id, Failed(ErrorCode.unknown_server_error, repr(exc))))
         if self._answers is not None:
             self._answers.append(answer)
         elif self._transport is not None and not self._transport.is_closing():
@@ -196,6 +212,7 @@ class _Serving(asyncio.BufferedProtocol):
         # the peer went away, or this worker is stopping: calls under way still finish
         # (an append is not cut halfway), and their answers are dropped
         self._transport = None
+        self.server.channels.discard(self)
 
     def _close(self) -> None:
         if self._transport is not None:
@@ -216,6 +233,11 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+
+    def send(self, frame: bytes) -> None:
+        if self.transport is None or self.closed:
+            raise ConnectionError("peer channel closed")
+        self.transport.write(frame)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()
@@ -239,6 +261,10 @@ class _Connection(asyncio.BufferedProtocol):
             future = self.pending.pop(call_id, None)
             if future is not None and not future.done():
                 future.set_result(result)
+        failed = self._frames.failed  # after whole answers, in the same read: those resolved above
+        if failed is not None:
+            log.error("peer channel closed: an answer of %d bytes", failed.size)
+            self.fail_all()
 
     def eof_received(self) -> bool:
         return False
@@ -318,7 +344,7 @@ class PeerClient:
             # coroutine ends: a cancelled caller must not free what the owner still reads
             conn.slots[call_id] = refs
         try:
-            conn.transport.write(_frame(owner_calls.encode(call_id, call)))
+            conn.send(_frame(owner_calls.encode(call_id, call)))
         except (ConnectionError, RuntimeError) as exc:
             conn.pending.pop(call_id, None)
             conn.release(call_id)
