@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hpbroker.clock import now_ms
 from hpbroker.kernels import layout
-from hpbroker.records.batch import encode_batch
+from hpbroker.records.batch import decode_batch, encode_batch
 from hpbroker.records.errors import CorruptRecordError
 from hpbroker.records.record import Record
 
@@ -62,6 +62,14 @@ def parse_control_record(record: Record) -> ControlRecord:
             f"{_KIND_NAMES[kind]} marker at offset {record.offset} has a value shorter than 6 bytes")
     _, coordinator_epoch = _VALUE.unpack_from(record.value)
     return ControlRecord(kind, version, coordinator_epoch)
+
+
+def marker_at(buf, pos: int) -> ControlRecord:
+    """The marker of the control batch at ``pos`` of ``buf`` (CorruptRecordError if it holds none)."""
+    records = decode_batch(buf, pos, verify_crc=False).records
+    if not records:
+        raise CorruptRecordError(f"control batch at byte {pos} holds no record")
+    return parse_control_record(records[0])
 
 
 def encode_control_record(kind: int, coordinator_epoch: int, *, offset: int = 0, timestamp: int = 0) -> Record:

@@ -62,9 +62,10 @@ GONE = 1  # was used: probes go on past it
 STANDALONE, LEADER, FOLLOWER, OFFLINE = 2, 3, 4, 5
 ROLE_CODES = {"standalone": STANDALONE, "leader": LEADER, "follower": FOLLOWER, "offline": OFFLINE}
 
-# seq, key_hi, key_lo, partition, state, serving, leader_epoch, log_start, high_watermark, log_end, last_stable
-_ENTRY = struct.Struct("<11q")
-_BODY = struct.Struct("<10q")
+# seq, key_hi, key_lo, partition, state, serving, leader_epoch, log_start, high_watermark, log_end, last_stable,
+# has_aborts
+_ENTRY = struct.Struct("<12q")
+_BODY = struct.Struct("<11q")
 _SEQ = struct.Struct("<q")
 _KEY = struct.Struct("<qq")
 _ENTRY_SIZE = _ENTRY.size
@@ -97,6 +98,7 @@ class PartitionOffsets(NamedTuple):
     high_watermark: int
     log_end: int
     last_stable: int  # the high watermark until transactions hold it back
+    has_aborts: bool = False  # some aborted transaction is in the log: a read_committed reader must ask the owner
 
     def answers_for(self, current_leader_epoch: int) -> bool:
         """Whether a client's request naming ``current_leader_epoch`` may be
@@ -181,7 +183,7 @@ class TableWriter:
             offset = (self.base + slot) * _ENTRY_SIZE
             seq = _SEQ.unpack_from(self.memory, offset)[0]
             _SEQ.pack_into(self.memory, offset, seq | 1)
-            _BODY.pack_into(self.memory, offset + 8, 0, 0, 0, EMPTY, 0, 0, 0, 0, 0, 0)
+            _BODY.pack_into(self.memory, offset + 8, 0, 0, 0, EMPTY, 0, 0, 0, 0, 0, 0, 0)
             _SEQ.pack_into(self.memory, offset, (seq | 1) + 1)
             self._write_batches(offset, (0, 0), 0, 0, (0, 0), -1, ())
         self._places.clear()
@@ -191,7 +193,8 @@ class TableWriter:
 
     def publish(self, topic: str, partition: int, role: int, serving: bool, leader_epoch: int, log_start: int,
                 high_watermark: int, log_end: int, last_stable: int,
-                batches: tuple[int, tuple[int, int], int, Sequence[tuple[int, int, int, int]]] | None = None) -> bool:
+                batches: tuple[int, tuple[int, int], int, Sequence[tuple[int, int, int, int]]] | None = None,
+                *, has_aborts: bool = False) -> bool:
         """Write the partition's entry, and with ``batches`` (its active
         segment's base offset, file identity, a generation that moves whenever
         its batches are cut, and its recent batches) those first; False when it
@@ -210,7 +213,7 @@ class TableWriter:
         if batches is not None:
             self._write_batches(offset, key, partition, *batches)
         body = (key[0], key[1], partition, role, int(serving), leader_epoch, log_start, high_watermark, log_end,
-                last_stable)
+                last_stable, int(has_aborts))
         with self._lock:
             if self._bodies.get(offset) != body:
                 self._write(offset, *body)
@@ -259,7 +262,7 @@ class TableWriter:
             self._rings.pop(offset, None)
             with self._lock:
                 self._bodies.pop(offset, None)
-                self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0)
+                self._write(offset, 0, 0, 0, GONE, 0, 0, 0, 0, 0, 0, 0)
             self._taken.discard(offset)
 
     def _claim(self, key: tuple[int, int], partition: int) -> int | None:
@@ -363,7 +366,9 @@ class TableReader:
         if serving and entry[4] == LEADER:  # and only while its owner's lease runs
             owner = offset // _ENTRY_SIZE // self.slots
             serving = _LEASE.unpack_from(self.leases, owner * _LEASE.size)[0] > self.monotonic() * 1e9
-        return PartitionOffsets(entry[4], serving, *entry[6:])
+        leader_epoch, log_start, high_watermark, log_end, last_stable, has_aborts = entry[6:]
+        return PartitionOffsets(entry[4], serving, leader_epoch, log_start, high_watermark, log_end, last_stable,
+                                bool(has_aborts))
 
     def _copy(self, offset: int) -> tuple | None:
         """A consistent copy of the entry, or None when its writer is mid-write (or died there)."""

@@ -9,8 +9,9 @@ header::
     18 lastOffset        int64   offset of its ABORT marker
     26 lastStableOffset  int64   the LSO when the marker was written
 
-A torn last entry is ignored.  Kafka creates the file only for segments that
-have an aborted transaction; hpbroker does not write it yet.
+A torn last entry is ignored.  Kafka, and the broker
+(``storage/txn_index.py``), create the file only for segments that have an
+aborted transaction.
 
 With ``read_committed``, a transactional data batch of producer ``P`` whose
 base offset lies in ``[firstOffset, lastOffset]`` of an aborted transaction of
@@ -22,11 +23,11 @@ import os
 import numpy as np
 
 from hpbroker.kernels import layout
-from hpbroker.storage import filenames
+from hpbroker.storage import filenames, txn_index
 
 ENTRY = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"),
                   ("last_offset", ">i8"), ("last_stable_offset", ">i8")])
-assert ENTRY.itemsize == 34
+assert ENTRY.itemsize == txn_index.ENTRY.size  # the broker's writer: one layout
 
 
 def read_aborted(partition_path: str, bases: list[int]) -> np.ndarray:

@@ -165,6 +165,8 @@ class Cleaner:
                 cleaned.stage(kept.data, kept.positions, kept.sizes, kept.last_offsets, kept.max_timestamps)
                 cleaned.write()
                 self.result.bytes_written += len(kept.data)
+            for aborted in source.txn_index.entries:  # read_committed readers still need them
+                cleaned.txn_index.append(aborted)
         assert cleaned is not None  # a group holds a segment at least
         return self._swap(group, cleaned), horizon
 
@@ -182,7 +184,7 @@ class Cleaner:
 
     def _new_segment(self, group: list) -> LogSegment:
         base = group[0].base_offset
-        for suffix in (filenames.LOG_SUFFIX, filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX):
+        for suffix in filenames.SEGMENT_SUFFIXES:
             try:  # left by a pass abandoned earlier in this process
                 os.unlink(filenames.segment_file(self.log.directory, base, suffix) + filenames.CLEANED_SUFFIX)
             except FileNotFoundError:

@@ -51,7 +51,7 @@ from hpbroker.clock import now_ms
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.kernels.layout import CONTROL_BIT, TRANSACTIONAL_BIT
-from hpbroker.records import CorruptRecordError, batch as batch_format
+from hpbroker.records import CorruptRecordError, batch as batch_format, control
 from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
 from hpbroker.storage.config import LogConfig
@@ -66,6 +66,7 @@ from hpbroker.storage.errors import (
 from hpbroker.storage.leader_epochs import LeaderEpochCache
 from hpbroker.storage.producer_state import CheckResult, ProducerStateManager, Verdict
 from hpbroker.storage.segment import LogSegment
+from hpbroker.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +216,7 @@ class Log:
     def _set_segments(self, segments: tuple) -> None:
         self._segments = segments
         self._bases = tuple(s.base_offset for s in segments)
+        self._has_aborts: bool | None = None  # looked at again when next asked
 
     # --- offsets -------------------------------------------------------------
     @property
@@ -244,6 +246,40 @@ class Log:
         if offset != self._high_watermark:
             self._high_watermark = offset
             self._offsets_changed()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read: the high watermark, or before
+        it the first offset of a transaction still open or whose end the high
+        watermark has not passed yet (Kafka's LSO)."""
+        high_watermark = self.high_watermark
+        unstable = self.producer_state.first_unstable_offset(high_watermark)
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    @property
+    def has_aborted_transactions(self) -> bool:
+        """Some segment indexes an aborted transaction (a read_committed reader
+        then needs the index; most logs never have one)."""
+        if self._has_aborts is None:
+            self._has_aborts = any(s.txn_index.entries for s in self._segments)
+        return self._has_aborts
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in ``[fetch_offset, upper_bound)``,
+        for a read_committed fetch: from the segment holding ``fetch_offset`` on,
+        until an entry's LSO shows that no later abort can reach back into the
+        range (Kafka's collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments:
+            if segment.next_offset <= fetch_offset:
+                continue
+            if segment.base_offset >= upper_bound and not segment.txn_index.entries:
+                continue
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+            found += entries
+            if complete:
+                break
+        return found
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -395,8 +431,38 @@ class Log:
         self._assign_epochs(epoch_starts)
         self._log_end_offset = last_offset + 1
         self.producer_state.set_end_offset(self._log_end_offset)
+        aborted = []
+        if producers and self.producer_state.has_completed:
+            markers = np.flatnonzero(scan.attributes & CONTROL_BIT)
+            aborted = self._aborted(buf, dict(zip(np.asarray(last_offsets)[markers].tolist(),
+                                                  scan.position[markers].tolist())))
         if write:
             self.write()
+        self._index(aborted)
+
+    def _aborted(self, buf, markers: dict[int, int]) -> list[AbortedTxn]:
+        """The transactions the append ends (``markers``: each control batch's
+        offset -> its position in ``buf``) that its markers abort.  Known before
+        the write publishes the new offsets, so that no reader in another worker
+        takes the log for one without aborts while they are being indexed."""
+        aborted = [AbortedTxn(*txn) for txn in self.producer_state.take_completed()
+                   if txn.last_offset in markers and self._is_abort(buf, markers[txn.last_offset])]
+        if aborted:
+            self._has_aborts = True
+        return aborted
+
+    def _is_abort(self, buf, position: int) -> bool:
+        try:
+            return control.marker_at(buf, position).is_abort
+        except CorruptRecordError as exc:  # the batch is in the log already: say so, index nothing
+            log.error("%s: a control batch without a readable marker: %s", self._name, exc)
+            return False
+
+    def _index(self, aborted: list[AbortedTxn]) -> None:
+        """Aborts go into the active segment's ``.txnindex`` (where every batch of
+        the append went) once their markers are written, as Kafka's append does."""
+        for txn in aborted:
+            self.active_segment.txn_index.append(txn)
 
     def _add_one(self, buf, first: int, last: int, max_timestamp: int, leader_epoch: int,
                  producer: tuple[int, int, int, int] | None, *, write: bool) -> None:
@@ -714,14 +780,19 @@ class Log:
         if self._should_roll(size, newest, next_offset - 1, len(batches)):
             self.roll()
         segment, producers = self.active_segment, self.producer_state
+        markers = {}  # a control batch's offset -> its position (transaction markers)
         for start, end, first, last, max_timestamp, leader_epoch, producer in batches:
             segment.stage_one(view[start:end], first, last, max_timestamp)
             if producer is not None:
                 producers.apply_batch(producer[0], producer[1], producer[2], first, last, max_timestamp, producer[3])
+                if producer[3] & CONTROL_BIT:
+                    markers[last] = start
             self._assign_epochs([(leader_epoch, first)])
         self._log_end_offset = next_offset
         producers.set_end_offset(next_offset)
+        aborted = self._aborted(buf, markers) if markers else []
         self.write()
+        self._index(aborted)
         return True
 
     def _follow_scanned(self, buf) -> int:

@@ -38,12 +38,14 @@ import numpy as np
 
 from hpbroker.clock import now_ms
 from hpbroker.kernels import scan_batches
+from hpbroker.records import CorruptRecordError, control
 from hpbroker.storage import checkpoints, filenames, leader_epochs
 from hpbroker.storage.errors import KafkaStorageError
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.leader_epochs import LeaderEpochCache
 from hpbroker.storage.producer_state import ProducerStateManager
 from hpbroker.storage.segment import LogSegment
+from hpbroker.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +143,29 @@ def _load_producer_state(producer_state: ProducerStateManager, name: str, segmen
 
 
 def replay_producer_state(producer_state: ProducerStateManager, segments: Iterable[LogSegment], start: int) -> None:
-    """Feed every written batch ending at or after ``start`` to the producer state."""
+    """Feed every written batch ending at or after ``start`` to the producer
+    state; the aborts among the transactions it ends go into their segment's
+    ``.txnindex`` (rebuilt there after recovery cut it; already there, else)."""
     for segment in segments:
         if segment.next_offset <= start:
             continue
         found = segment.find_batch(start)
         scan = scan_batches(segment.view(), found.position if found else 0, segment.size, verify_crc=False)
         producer_state.load_from_batches(scan, from_offset=start)
+        if producer_state.has_completed:
+            markers = dict(zip(scan.last_offset.tolist(), scan.position.tolist()))
+            for txn in producer_state.take_completed():
+                position = markers.get(txn.last_offset)
+                if position is not None and _is_abort(segment, position):
+                    segment.txn_index.append(AbortedTxn(*txn))
+
+
+def _is_abort(segment: LogSegment, position: int) -> bool:
+    try:
+        return control.marker_at(segment.view(), position).is_abort
+    except CorruptRecordError as exc:
+        log.error("%s: a control batch without a readable marker: %s", segment.log_path, exc)
+        return False
 
 
 def take_snapshot(producer_state: ProducerStateManager, name: str, offset: int, *, sync: bool = True) -> str | None:
@@ -166,9 +184,11 @@ def tidy_directory(directory: str) -> list[int]:
     offsets, following Kafka's LogLoader: ``.deleted`` and ``.cleaned`` files
     go; index ``.swap`` files go (rebuilt from the log); a ``.log.swap``
     completes the cleaner's swap: the segments it replaced, those with base
-    offsets in [its base, its next offset), go and it takes its plain name.
-    Index files without a ``.log`` go."""
-    swaps = []
+    offsets in [its base, its next offset), go and it takes its plain name,
+    with its ``.txnindex.swap`` (the aborts cannot be rebuilt from one
+    segment). Index files without a ``.log`` go."""
+    swaps, aborts = [], {}
+    txn_swap = filenames.TXN_INDEX_SUFFIX + filenames.SWAP_SUFFIX
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if name.endswith((filenames.DELETED_SUFFIX, filenames.CLEANED_SUFFIX, ".tmp")):
@@ -176,6 +196,8 @@ def tidy_directory(directory: str) -> list[int]:
         elif name.endswith(filenames.SWAP_SUFFIX):
             if filenames.is_segment_log(name[: -len(filenames.SWAP_SUFFIX)]):
                 swaps.append(path)
+            elif name.endswith(txn_swap):  # cannot be rebuilt from its log alone: goes with it
+                aborts[filenames.base_offset_of(name)] = path
             else:
                 os.unlink(path)
     for path in sorted(swaps):
@@ -190,14 +212,19 @@ def tidy_directory(directory: str) -> list[int]:
                 continue
             if replaced:
                 os.unlink(os.path.join(directory, name))
+        txn = aborts.pop(base, None)
+        if txn is not None:
+            os.replace(txn, txn[: -len(filenames.SWAP_SUFFIX)])
         os.replace(path, path[: -len(filenames.SWAP_SUFFIX)])
+    for txn in aborts.values():  # its log never became a swap: the cleaning was abandoned
+        os.unlink(txn)
     if swaps:
         checkpoints.fsync_dir(directory)
     names = os.listdir(directory)
     bases = sorted(filenames.base_offset_of(n) for n in names if filenames.is_segment_log(n))
     known = set(bases)
     for name in names:
-        if name.endswith((filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX)):
+        if name.endswith((filenames.INDEX_SUFFIX, filenames.TIME_INDEX_SUFFIX, filenames.TXN_INDEX_SUFFIX)):
             try:
                 orphan = filenames.base_offset_of(name) not in known
             except ValueError:

@@ -44,6 +44,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from hpbroker.errors import ErrorCode
 from hpbroker.kernels import crc32c
@@ -95,6 +96,14 @@ class BatchMetadata:
     first_offset: int
     last_offset: int
     timestamp: int  # the batch's max timestamp (the append time under LogAppendTime)
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a COMMIT or ABORT marker ended."""
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    last_stable_offset: int  # the LSO with it: another open transaction's first offset, else the marker's + 1
 
 
 @dataclass(slots=True)
@@ -241,6 +250,12 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.end_offset = 0
         self._producers: dict[int, ProducerStateEntry] = {}
+        # transactions (Kafka's ongoingTxns / unreplicatedTxns): producer id -> first offset of
+        # its open one; those ended by a marker the high watermark has not passed yet; and
+        # those ended by the last append or replay, for the log to index (aborts) and take
+        self._ongoing: dict[int, int] = {}
+        self._unreplicated: list[CompletedTxn] = []
+        self._completed: list[CompletedTxn] = []
 
     # --- the append path ---------------------------------------------------------
     def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int) -> CheckResult:
@@ -288,6 +303,8 @@ class ProducerStateManager:
             entry.add_batch(epoch,
                             BatchMetadata(base_sequence, last_sequence, first_offset, last_offset, max_timestamp),
                             transactional)
+            if transactional and producer_id not in self._ongoing:
+                self._ongoing[producer_id] = entry.current_txn_first_offset  # its first batch opened one
         self.end_offset = max(self.end_offset, last_offset + 1)
 
     def update_batches(self, columns, first_offsets, last_offsets, max_timestamps) -> None:
@@ -298,12 +315,54 @@ class ProducerStateManager:
             self._apply(pid, epoch, seq, first, last, max_ts, attrs)
 
     def end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int | None, timestamp: int, offset: int) -> None:
-        """A COMMIT/ABORT marker at ``offset`` closed the producer's transaction."""
+        """A COMMIT/ABORT marker at ``offset`` closed the producer's transaction
+        (if one was open: a marker without one changes nothing but the epoch)."""
         entry = self._producers.get(producer_id)
         if entry is None:
             entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        first = self._ongoing.pop(producer_id, -1)
+        if first >= 0:
+            # the LSO an abort is indexed with: the earliest transaction still open
+            # (another producer's), else just after this marker
+            done = CompletedTxn(producer_id, first, offset, min(self._ongoing.values(), default=offset + 1))
+            self._unreplicated.append(done)
+            self._completed.append(done)
         entry.end_txn(epoch, coordinator_epoch, timestamp)
         self.end_offset = max(self.end_offset, offset + 1)
+
+    @property
+    def has_completed(self) -> bool:
+        return bool(self._completed)
+
+    def take_completed(self) -> list["CompletedTxn"]:
+        """The transactions ended since the last call, in marker order (the log indexes the aborts)."""
+        done, self._completed = self._completed, []
+        return done
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset a read_committed consumer may not read past yet: the
+        earliest open transaction's first offset, or an ended one's whose marker
+        the high watermark has not passed (its outcome is not replicated);
+        None when there is none."""
+        if self._unreplicated and self._unreplicated[0].last_offset < high_watermark:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        firsts = [t.first_offset for t in self._unreplicated]
+        if self._ongoing:
+            firsts.append(min(self._ongoing.values()))
+        return min(firsts) if firsts else None
+
+    @property
+    def ongoing(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def _transactions_from_entries(self) -> None:
+        """After the entries were replaced (a snapshot, a reset): the open
+        transactions are theirs; nothing ended is pending."""
+        self._ongoing = {pid: e.current_txn_first_offset for pid, e in self._producers.items()
+                         if e.current_txn_first_offset >= 0}
+        self._unreplicated = []
+        self._completed = []
 
     def apply_batch(self, producer_id: int, epoch: int, base_sequence: int, first_offset: int, last_offset: int,
                     max_timestamp: int, attributes: int) -> None:
@@ -346,6 +405,7 @@ class ProducerStateManager:
 
     def clear(self, end_offset: int = 0) -> None:
         self._producers.clear()
+        self._transactions_from_entries()
         self.end_offset = end_offset
 
     def truncate_to(self, offset: int, log_start_offset: int = 0, now_ms: int | None = None) -> int:
@@ -451,8 +511,10 @@ class ProducerStateManager:
             for entry in entries:
                 if now_ms is None or not self._expired(entry, now_ms):
                     self._producers[entry.producer_id] = entry
+            self._transactions_from_entries()
             self.end_offset = snap
             return snap
+        self._transactions_from_entries()
         self.end_offset = log_start_offset
         return log_start_offset
 

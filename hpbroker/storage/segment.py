@@ -40,6 +40,7 @@ from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.offset_index import OffsetIndex
 from hpbroker.storage.recent_batches import NOT_COVERED, whole_batches
 from hpbroker.storage.time_index import TimeIndex
+from hpbroker.storage.txn_index import TransactionIndex
 
 _EMPTY = np.zeros(0, np.uint8)
 _IOV_MAX = 1024
@@ -109,6 +110,9 @@ class LogSegment:
         self._pending_batches: list[tuple[int, int, int, int]] = []
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
+        # aborted transactions whose marker is here (a file only once there is one)
+        self.txn_index = TransactionIndex(
+            filenames.segment_file(directory, base_offset, filenames.TXN_INDEX_SUFFIX) + suffix)
         self._state = _TailState(size=opened.st_size, next_offset=base_offset)
         self._staged = self._state.copy()
         self._pending: list = []
@@ -283,6 +287,7 @@ class LogSegment:
         stats.timed_fsync(os.fsync, self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     # --- reading -----------------------------------------------------------
     def view(self) -> np.ndarray:
@@ -438,6 +443,7 @@ class LogSegment:
         self._staged.size = valid
         self._publish_entries()
         self.seal_time_index()  # as Kafka's recovery does: the time index ends on the largest timestamp
+        self.txn_index.truncate_to(self.next_offset)  # aborts whose marker was cut (replay adds back the rest)
         return RecoveryResult(count, valid, size - valid, "end" if valid == size else reason)
 
     def truncate_to(self, offset: int) -> int:
@@ -454,7 +460,7 @@ class LogSegment:
 
     # --- lifecycle ---------------------------------------------------------
     def paths(self) -> list[str]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def close(self) -> None:
         self._map, self._view = None, _EMPTY
@@ -470,9 +476,10 @@ class LogSegment:
         self.log_path = _rename(self.log_path)
         self.offset_index.rename(self.offset_index.path + filenames.DELETED_SUFFIX)
         self.time_index.rename(self.time_index.path + filenames.DELETED_SUFFIX)
+        self.txn_index.rename(self.txn_index.path + filenames.DELETED_SUFFIX)
 
     def change_suffix(self, suffix: str) -> None:
-        """Rename the three files from the current transient suffix to ``suffix``
+        """Rename the files from the current transient suffix to ``suffix``
         (Kafka's changeFileSuffixes: ``.cleaned`` -> ``.swap`` -> none).  The
         ``.log`` goes last, so a crash between renames leaves at worst index
         files that recovery deletes and rebuilds."""
@@ -481,6 +488,7 @@ class LogSegment:
 
         self.offset_index.rename(renamed(self.offset_index.path))
         self.time_index.rename(renamed(self.time_index.path))
+        self.txn_index.rename(renamed(self.txn_index.path))
         new_log_path = renamed(self.log_path)
         os.rename(self.log_path, new_log_path)
         self.log_path, self.suffix = new_log_path, suffix

@@ -54,6 +54,8 @@ class LocateResult(msgspec.Struct, **_STRUCT):
     position: int = 0
     size: int = 0
     identity: tuple[int, int] | None = None
+    # read_committed: (producer id, first offset) of the aborted transactions the range may hold
+    aborted: list[tuple[int, int]] | None = None
 
 
 class ListedOffset(msgspec.Struct, **_STRUCT):
@@ -231,12 +233,14 @@ class Append(_Call):
 
 class Locate(_Call):
     """A consumer's fetch of one partition: where the batches from ``offset`` are,
-    up to the high watermark.  A read, and nothing else."""
+    up to the high watermark (read_committed: the last stable offset).  A read,
+    and nothing else."""
     topic: str
     partition: int
     offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    read_committed: bool = False  # up to the last stable offset, with the aborted transactions
     result: ClassVar = LocateResult
 
 
@@ -262,6 +266,7 @@ class ListOffset(_Call):
     partition: int
     timestamp: int
     current_leader_epoch: int = -1
+    read_committed: bool = False  # latest is then the last stable offset
     result: ClassVar = ListedOffset
 
 

@@ -167,23 +167,33 @@ class Partition:
         return min(starts)
 
     # --- reading -----------------------------------------------------------------------
-    def locate(self, offset: int, max_bytes: int, *, to_log_end: bool = False) -> LocateResult:
+    def locate(self, offset: int, max_bytes: int, *, to_log_end: bool = False,
+               read_committed: bool = False) -> LocateResult:
         """Where the whole batches from ``offset`` are, up to the high watermark (a
-        follower reads ``to_log_end``).  The file identity lets the sender make sure
-        it reads the file these positions are in, even if compaction swapped a new
-        file in under the same name meanwhile."""
+        follower reads ``to_log_end``; a read_committed consumer to the last
+        stable offset, and is told the aborted transactions there).  The file
+        identity lets the sender make sure it reads the file these positions are
+        in, even if compaction swapped a new file in under the same name meanwhile."""
         partition_log = self.log
         hw = partition_log.high_watermark
+        lso = partition_log.last_stable_offset
         start = partition_log.log_start_offset
+        limit = None if to_log_end else lso if read_committed else hw
+        aborted = None
+        if read_committed:
+            # every abort that may reach into what is read (Kafka bounds it by the
+            # end of the bytes read; a wider list is harmless: a client drops only
+            # the batches it gets)
+            aborted = [(t.producer_id, t.first_offset) for t in partition_log.aborted_transactions(offset, lso)]
         try:
-            found = partition_log.read(offset, max_bytes, max_offset=None if to_log_end else hw)
+            found = partition_log.read(offset, max_bytes, max_offset=limit)
         except OffsetOutOfRangeError:
-            return LocateResult(ErrorCode.offset_out_of_range, hw, hw, start)
+            return LocateResult(ErrorCode.offset_out_of_range, hw, lso, start)
         if found is None:
-            return LocateResult(ErrorCode.none, hw, hw, start)
+            return LocateResult(ErrorCode.none, hw, lso, start, aborted=aborted)
         st = os.fstat(found.segment.fd)
-        return LocateResult(ErrorCode.none, hw, hw, start, found.segment.log_path, found.position, found.size,
-                            (st.st_dev, st.st_ino))
+        return LocateResult(ErrorCode.none, hw, lso, start, found.segment.log_path, found.position, found.size,
+                            (st.st_dev, st.st_ino), aborted)
 
     def has_data_beyond(self, offset: int, replica: bool) -> bool:
         """Data at or beyond ``offset`` exists (below the high watermark unless for
@@ -192,11 +202,12 @@ class Partition:
             return True
         return (self.log.written_offset if replica else self.log.high_watermark) > offset
 
-    def list_offset(self, timestamp: int) -> ListedOffset:
-        """Kafka's ListOffsets for one partition."""
+    def list_offset(self, timestamp: int, read_committed: bool = False) -> ListedOffset:
+        """Kafka's ListOffsets for one partition (latest, for read_committed: the last stable offset)."""
         partition_log, epoch = self.log, self.leader_epoch
         if timestamp in (LATEST, LATEST_TIERED):
-            return ListedOffset(ErrorCode.none, partition_log.high_watermark, -1, epoch)
+            latest = partition_log.last_stable_offset if read_committed else partition_log.high_watermark
+            return ListedOffset(ErrorCode.none, latest, -1, epoch)
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             return ListedOffset(ErrorCode.none, partition_log.log_start_offset, -1, epoch)
         if timestamp == MAX_TIMESTAMP:

@@ -175,7 +175,7 @@ class Partitions:
         found = self._leading(call.topic, call.partition, call.current_leader_epoch)
         if isinstance(found, ErrorCode):
             return call.unanswered(found)
-        return found.locate(call.offset, call.max_bytes)
+        return found.locate(call.offset, call.max_bytes, read_committed=call.read_committed)
 
     def follower_fetch(self, call: FollowerFetch):
         """A follower's fetch: first its position is recorded (the follower holds
@@ -191,7 +191,8 @@ class Partitions:
 
     def list_offset(self, call: ListOffset):
         found = self._leading(call.topic, call.partition, call.current_leader_epoch)
-        return call.unanswered(found) if isinstance(found, ErrorCode) else found.list_offset(call.timestamp)
+        return (call.unanswered(found) if isinstance(found, ErrorCode)
+                else found.list_offset(call.timestamp, call.read_committed))
 
     def bounds(self, call: PartitionBounds):
         found = self._leading(call.topic, call.partition)

@@ -31,7 +31,8 @@ class Publisher:
             segment = log.active_segment
             batches = (segment.base_offset, segment.identity, segment.recent_generation, segment.recent)
         self.writer.publish(partition.topic, partition.index, role, partition.leads(), partition.leader_epoch,
-                            log.log_start_offset, high_watermark, log.log_end_offset, high_watermark, batches)
+                            log.log_start_offset, high_watermark, log.log_end_offset, log.last_stable_offset,
+                            batches, has_aborts=log.has_aborted_transactions)
 
     def withdraw(self, topic: str, index: int) -> None:
         self.writer.withdraw(topic, index)

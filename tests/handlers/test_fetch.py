@@ -11,6 +11,9 @@ import pytest
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import client_codec
 from hpbroker.protocol.codec import decode_request
+from hpbroker.records import Record, encode_batch, encode_control_batch
+from hpbroker.records.control import ABORT
+from hpbroker.storage.log import ORIGIN_COORDINATOR
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.handlers.fetch import API_KEY as FETCH_KEY, SMALL_RECORDS_BYTES, published_locate
@@ -130,6 +133,41 @@ def test_read_committed_answers_an_empty_aborted_list(broker):
     [uncommitted] = partitions_of(broker.fetch(12, [("t", 0, 0)]))
     assert (committed.aborted_transactions, uncommitted.aborted_transactions) == ((), None)
     assert values_of(committed.records) == [b"a"]
+
+
+def transactional(pid: int, *values: bytes) -> bytes:
+    return encode_batch([Record(i, 0, None, v) for i, v in enumerate(values)], producer_id=pid, producer_epoch=0,
+                        base_sequence=0, transactional=True)
+
+
+def test_read_committed_stops_at_an_open_transaction_and_is_told_what_was_aborted(broker):
+    """The partition side of transactions, markers written as the coordinator
+    will: records up to the last stable offset; once aborted, the records with
+    the transaction's producer and first offset, which the client drops; the
+    table answers while the log has no abort, the owner after."""
+    broker.create_topic("t")
+    broker.produce("t", 0, b"plain")  # 0
+    partition = broker.partitions.resolve("t", 0)
+    assert not isinstance(partition, ErrorCode)
+    partition.log.append(transactional(7, b"t1", b"t2"))  # 1-2, left open
+    broker.produce("t", 0, b"after")  # 3
+    [committed] = partitions_of(broker.fetch(12, [("t", 0, 0)], isolation_level=1))
+    [uncommitted] = partitions_of(broker.fetch(12, [("t", 0, 0)]))
+    assert (committed.high_watermark, committed.last_stable_offset) == (4, 1)
+    assert values_of(committed.records) == [b"plain"] and committed.aborted_transactions == ()
+    assert values_of(uncommitted.records) == [b"plain", b"t1", b"t2", b"after"]
+    table_says = published_locate(broker.ctx, "t", 0, 0, 1 << 20, -1, read_committed=True)
+    assert table_says == partition.locate(0, 1 << 20, read_committed=True)
+
+    partition.log.append(encode_control_batch(ABORT, producer_id=7, producer_epoch=0, coordinator_epoch=0),
+                         origin=ORIGIN_COORDINATOR)  # 4
+    [committed] = partitions_of(broker.fetch(12, [("t", 0, 0)], isolation_level=1))
+    assert committed.last_stable_offset == committed.high_watermark == 5
+    assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(7, 1)]
+    assert values_of(committed.records) == [b"plain", b"t1", b"t2", b"after"]  # the marker is a control batch
+    assert published_locate(broker.ctx, "t", 0, 0, 1 << 20, -1, read_committed=True) is None  # the owner knows
+    [later] = partitions_of(broker.fetch(12, [("t", 0, 5)], isolation_level=1, max_wait_ms=0))
+    assert later.aborted_transactions == () and later.records == b""
 
 
 def test_a_long_poll_is_answered_when_data_arrives(broker):

@@ -4,7 +4,10 @@ latest from the shared partition table, the others by the partition's owner."""
 import pytest
 
 from hpbroker.errors import ErrorCode
+from hpbroker.records import Record, encode_batch, encode_control_batch
+from hpbroker.records.control import COMMIT
 from hpbroker.shared.partition_table import STANDALONE
+from hpbroker.storage.log import ORIGIN_COORDINATOR
 from hpbroker.workers.owner_calls import DeletePartition, DeleteRecords
 from tests.handlers.conftest import LIST_OFFSETS, errors, flattened, grouped, request
 
@@ -12,10 +15,11 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 T = 1_700_000_000_000
 
 
-def list_offsets(broker, version: int, *asked, leader_epoch: int = -1):
+def list_offsets(broker, version: int, *asked, leader_epoch: int = -1, isolation_level: int = 0):
     """(topic, partition, timestamp) each; [(topic, partition entity)]."""
-    answer = broker.send(request(LIST_OFFSETS, version, replica_id=-1, timeout=5000, topics=grouped(
-        (t, p, {"timestamp": ts, "current_leader_epoch": leader_epoch}) for t, p, ts in asked)))
+    answer = broker.send(request(LIST_OFFSETS, version, replica_id=-1, timeout=5000, isolation_level=isolation_level,
+                                 topics=grouped((t, p, {"timestamp": ts, "current_leader_epoch": leader_epoch})
+                                                for t, p, ts in asked)))
     return flattened(answer.topics)
 
 
@@ -95,3 +99,19 @@ def test_a_deleted_partition_is_no_longer_published(timed):
     assert timed.memory.partitions.reader().read("t", 0) is not None
     timed.run(timed.local_owner.call(DeletePartition("t", 0)))
     assert timed.memory.partitions.reader().read("t", 0) is None
+
+
+def test_latest_for_read_committed_is_the_last_stable_offset(timed):
+    partition = timed.partitions.resolve("t", 0)
+    assert not isinstance(partition, ErrorCode)
+    partition.log.append(encode_batch([Record(0, T, None, b"x")], producer_id=7, producer_epoch=0, base_sequence=0,
+                                      transactional=True))  # 4, left open
+    timed.produce("t", 0, b"y")  # 5
+    for published in (True, False):  # from the table, and from the owner (a table entry being rewritten)
+        if not published:
+            timed.memory.partitions.writer(0).withdraw("t", 0)
+        assert offsets(list_offsets(timed, 8, ("t", 0, LATEST), isolation_level=1)) == [(4, -1)]
+        assert offsets(list_offsets(timed, 8, ("t", 0, LATEST))) == [(6, -1)]
+    partition.log.append(encode_control_batch(COMMIT, producer_id=7, producer_epoch=0, coordinator_epoch=0),
+                         origin=ORIGIN_COORDINATOR)
+    assert offsets(list_offsets(timed, 8, ("t", 0, LATEST), isolation_level=1)) == [(7, -1)]

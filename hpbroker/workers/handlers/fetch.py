@@ -28,12 +28,13 @@ SMALL_RECORDS_BYTES = 32 << 10  # up to this, records are read into the answer r
 
 
 def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: int,
-                     current_leader_epoch: int) -> LocateResult | None:
+                     current_leader_epoch: int, read_committed: bool = False) -> LocateResult | None:
     """A consumer's ``Locate`` answered as the owner would, from what it
     published (``shared/partition_table.py``): its offsets and the places of its
     recent batches (a replicated leader's within its owner's lease); None when
     they do not say (an offset out of range or older than the recent batches,
-    an entry being rewritten, a lease run out): ask the owner."""
+    an entry being rewritten, a lease run out, a read_committed fetch of a log
+    with aborted transactions in it): ask the owner."""
     table = ctx.partition_offsets
     found = table.read_with_batches(topic, partition) if table is not None else None
     if found is None:
@@ -41,15 +42,19 @@ def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: in
     offsets, recent = found
     if not offsets.answers_for(current_leader_epoch):
         return None
-    hw, start = offsets.high_watermark, offsets.log_start
+    if read_committed and offsets.has_aborts:
+        return None  # which of them the range holds is in the owner's transaction indexes
+    hw, lso, start = offsets.high_watermark, offsets.last_stable, offsets.log_start
+    limit = lso if read_committed else hw
+    aborted = [] if read_committed else None
     if offset < start or offset > hw:
         return None
-    if offset == hw:
-        return LocateResult(ErrorCode.none, hw, hw, start)  # nothing yet
+    if offset >= limit:
+        return LocateResult(ErrorCode.none, hw, lso, start, aborted=aborted)  # nothing yet
     if recent is None:
         return None
-    # as Log.read: whole batches below the high watermark, at most max_bytes, at least one
-    found = whole_batches(recent.batches, offset, max_bytes, hw, True)
+    # as Log.read: whole batches below the limit, at most max_bytes, at least one
+    found = whole_batches(recent.batches, offset, max_bytes, limit, True)
     if not isinstance(found, tuple):
         return None  # (NOT_COVERED) older than the recent batches: the owner's index knows
     position, size = found
@@ -59,10 +64,10 @@ def published_locate(ctx, topic: str, partition: int, offset: int, max_bytes: in
     if ctx.segment_files.fd(path, recent.identity) is None:  # not that file (any more): the owner knows
         ctx.partition_dirs.forget(topic, partition)
         return None
-    return LocateResult(ErrorCode.none, hw, hw, start, path, position, size, recent.identity)
+    return LocateResult(ErrorCode.none, hw, lso, start, path, position, size, recent.identity, aborted)
 
 
-async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
+async def _locate_all(ctx, wanted, max_bytes: int, replica, read_committed: bool = False) -> list:
     """Where each requested partition's batches are: one call per owning worker,
     none larger than the whole response may be (``max_bytes``) unless its first
     batch alone is.  None for a partition of an unknown topic (its error is the
@@ -83,12 +88,13 @@ async def _locate_all(ctx, wanted, max_bytes: int, replica) -> list:
                 size = min(p.partition_max_bytes, max_bytes)
                 epoch = getattr(p, "current_leader_epoch", -1)
                 if replica is None:
-                    answer = published_locate(ctx, info.name, p.partition, p.fetch_offset, size, epoch)
+                    answer = published_locate(ctx, info.name, p.partition, p.fetch_offset, size, epoch,
+                                              read_committed)
                     if answer is not None:
                         results[-1] = answer
                         slots.pop()
                         continue
-                    calls.append(Locate(info.name, p.partition, p.fetch_offset, size, epoch))
+                    calls.append(Locate(info.name, p.partition, p.fetch_offset, size, epoch, read_committed))
                 else:
                     replica_id, replica_epoch = replica
                     calls.append(FollowerFetch(info.name, p.partition, p.fetch_offset, size, epoch, replica_id,
@@ -163,12 +169,14 @@ async def handle(ctx, header, request):
     else:
         replica_id, replica_epoch = getattr(request, "replica_id", -1), -1
     replica = (replica_id, replica_epoch) if replica_id >= 0 else None
+    # READ_COMMITTED (1): up to the last stable offset, told which transactions were aborted
+    read_committed = replica is None and request.isolation_level == 1
     wanted = []  # (topic request, info, unknown error, [partitions])
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
-        located = await _locate_all(ctx, wanted, max_bytes, replica)
+        located = await _locate_all(ctx, wanted, max_bytes, replica, read_committed)
         ready = sum(r.size for r in located if r is not None and r.error == ErrorCode.none and r.path)
         errors = any(r is None or r.error != ErrorCode.none for r in located)
         remaining = deadline - time.monotonic()
@@ -176,7 +184,7 @@ async def handle(ctx, header, request):
             break
         await _wait_for_data(ctx, wanted, located, remaining, replica is not None)
         if time.monotonic() >= deadline:
-            located = await _locate_all(ctx, wanted, max_bytes, replica)
+            located = await _locate_all(ctx, wanted, max_bytes, replica, read_committed)
             break
     budget, first = max_bytes, True
     topics, results = [], iter(located)
@@ -201,7 +209,7 @@ async def handle(ctx, header, request):
                     observe.fetched(info.name, r.size)
             out.partitions.append(PartitionResult(p.partition, r.error, r.high_watermark, r.last_stable_offset,
                                                   r.log_start_offset,
-                                                  aborted=None if request.isolation_level == 0 else [],
+                                                  aborted=(r.aborted or []) if read_committed else None,
                                                   records=records))
         topics.append(out)
     return encode_fetch_response(version, header.correlation_id, topics)
