@@ -334,7 +334,7 @@ class ProducerStateManager:
     def has_completed(self) -> bool:
         return bool(self._completed)
 
-    def take_completed(self) -> list["CompletedTxn"]:
+    def take_completed(self) -> list[CompletedTxn]:
         """The transactions ended since the last call, in marker order (the log indexes the aborts)."""
         done, self._completed = self._completed, []
         return done
@@ -350,11 +350,6 @@ class ProducerStateManager:
         if self._ongoing:
             firsts.append(min(self._ongoing.values()))
         return min(firsts) if firsts else None
-
-    @property
-    def ongoing(self) -> dict[int, int]:
-        """Producer id -> first offset of its open transaction."""
-        return dict(self._ongoing)
 
     def _transactions_from_entries(self) -> None:
         """After the entries were replaced (a snapshot, a reset): the open
