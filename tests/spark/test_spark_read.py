@@ -1,7 +1,11 @@
 """Batch reads through Spark (local[2]): the rows equal the record-by-record model."""
 
 import os
+import time
 
+from hpbroker.records import Record, encode_batch, encode_control_batch
+from hpbroker.storage import Log, LogConfig
+from hpbroker.storage.log import ORIGIN_COORDINATOR
 from tests.spark.model import expected_rows, spark_rows
 from tests.spark.segments import ABORT, CODECS, COMMIT, PartitionWriter
 
@@ -46,3 +50,27 @@ def test_read_committed_torn_tail_and_offset_ranges(spark, log_dir):
               .option("startingOffsets", '{"tx": {"0": 8}}').option("endingOffsets", '{"tx": {"0": 20}}')
               .load(log_dir))
     assert [r.offset for r in ranged.orderBy("offset").collect()] == [8, 9, 10, 11, 12, 13, 14, 15, 16, 19]
+
+
+def test_read_committed_over_a_directory_the_broker_wrote(spark, log_dir):
+    """The ``.txnindex`` here is the broker's own (``storage/txn_index.py``),
+    written as the aborts were appended, not packed by the test."""
+    log = Log.open(os.path.join(log_dir, "btx-0"), "btx", 0, LogConfig(), clean_shutdown=True)
+
+    def batch(*values: bytes, pid: int = -1) -> bytes:
+        now = int(time.time() * 1000)  # the markers' time too: no roll between them
+        return encode_batch([Record(i, now, None, v) for i, v in enumerate(values)], producer_id=pid,
+                            producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
+                            transactional=pid >= 0)
+
+    for chunk in (batch(b"a"), batch(b"x1", b"x2", pid=5), batch(b"y1", pid=6),
+                  encode_control_batch(ABORT, producer_id=5, producer_epoch=0, coordinator_epoch=0),
+                  encode_control_batch(COMMIT, producer_id=6, producer_epoch=0, coordinator_epoch=0), batch(b"b")):
+        log.append(chunk, origin=ORIGIN_COORDINATOR)
+    log.close()
+    assert os.path.exists(os.path.join(log_dir, "btx-0", "00000000000000000000.txnindex"))
+    reader = spark.read.format("hpbroker").option("topic", "btx")
+    committed = reader.option("isolation", "read_committed").load(log_dir).orderBy("offset").collect()
+    assert [bytes(r.value) for r in committed] == [b"a", b"y1", b"b"]
+    everything = spark.read.format("hpbroker").option("topic", "btx").load(log_dir).orderBy("offset").collect()
+    assert [bytes(r.value) for r in everything] == [b"a", b"x1", b"x2", b"y1", b"b"]
