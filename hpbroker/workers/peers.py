@@ -119,28 +119,19 @@ class PeerServer:
         if self._server is not None:
             self._server.close()
         for channel in list(self.channels):
-            channel._close()
+            channel._end()
 
 
-class _Serving(asyncio.BufferedProtocol):
-    """One peer's channel to this worker.  A call is started in the read
-    callback that completed its frame (``eager.py``): most finish there (an
-    append to this worker's log), and their answers, all those of one read,
-    go out in one write.  A call that waits is carried on by a task, which
-    writes its answer when it has it."""
+class _Channel(asyncio.BufferedProtocol):
+    """What both ends of a channel share: frames read with ``FrameReader``; a
+    length beyond the limit ends the channel, after the frames that came whole
+    before it (the owner may have acted on them), and so does the end of the
+    stream (no half-open channel)."""
 
-    def __init__(self, server: PeerServer):
-        self.server = server
-        self.local = server.local
-        self.arena = server.arena
+    frame_name = "a frame"
+
+    def __init__(self):
         self._frames = FrameReader(MAX_FRAME_BYTES, _SCRATCH_BYTES)
-        self._transport: asyncio.Transport | None = None
-        self._answers: list[bytes] | None = None  # while a read's calls run: their answers, written together
-        self._tasks: set[asyncio.Task] = set()  # calls that wait, held until they end (even if the peer goes)
-
-    def connection_made(self, transport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        self.server.channels.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()
@@ -149,9 +140,47 @@ class _Serving(asyncio.BufferedProtocol):
         try:
             frames = self._frames.buffer_updated(nbytes)
         except FrameTooLarge as exc:
-            log.error("peer channel closed: a frame of %d bytes", exc.size)
-            self._close()
+            self._broken(exc)
             return
+        self._handle(frames)
+        if self._frames.failed is not None:
+            self._broken(self._frames.failed)
+
+    def _broken(self, exc: FrameTooLarge) -> None:
+        log.error("peer channel closed: %s of %d bytes", self.frame_name, exc.size)
+        self._end()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def _handle(self, frames: list[memoryview]) -> None:
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        raise NotImplementedError
+
+
+class _Serving(_Channel):
+    """One peer's channel to this worker.  A call is started in the read
+    callback that completed its frame (``eager.py``): most finish there (an
+    append to this worker's log), and their answers, all those of one read,
+    go out in one write.  A call that waits is carried on by a task, which
+    writes its answer when it has it."""
+
+    def __init__(self, server: PeerServer):
+        super().__init__()
+        self.server = server
+        self.local = server.local
+        self.arena = server.arena
+        self._transport: asyncio.Transport | None = None
+        self._answers: list[bytes] | None = None  # while a read's calls run: their answers, written together
+        self._tasks: set[asyncio.Task] = set()  # calls that wait, held until they end (even if the peer goes)
+
+    def connection_made(self, transport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.server.channels.add(self)
+
+    def _handle(self, frames: list[memoryview]) -> None:
         self._answers = answers = []
         try:
             for frame in frames:
@@ -163,10 +192,6 @@ class _Serving(asyncio.BufferedProtocol):
             self._answers = None
             if answers and self._transport is not None:
                 self._transport.write(b"".join(answers))
-        failed = self._frames.failed  # after whole calls, in the same read: they were answered above
-        if failed is not None:
-            log.error("peer channel closed: a frame of %d bytes", failed.size)
-            self._close()
 
     def _start(self, frame: memoryview) -> None:
         try:
@@ -205,29 +230,28 @@ class _Serving(asyncio.BufferedProtocol):
         elif self._transport is not None and not self._transport.is_closing():
             self._transport.write(answer)
 
-    def eof_received(self) -> bool:
-        return False
-
     def connection_lost(self, exc: Exception | None) -> None:
         # the peer went away, or this worker is stopping: calls under way still finish
         # (an append is not cut halfway), and their answers are dropped
         self._transport = None
         self.server.channels.discard(self)
 
-    def _close(self) -> None:
+    def _end(self) -> None:
         if self._transport is not None:
             self._transport.close()
 
 
-class _Connection(asyncio.BufferedProtocol):
+class _Connection(_Channel):
     """This worker's channel to one peer: each answer resolves its call's
     future in the read callback that completed its frame."""
 
+    frame_name = "an answer"
+
     def __init__(self, arena: ArenaSender | None):
+        super().__init__()
         self.arena = arena
         self.pending: dict[int, asyncio.Future] = {}
         self.slots: dict[int, list[ArenaRef]] = {}  # call id -> the arena slots its owner may still read
-        self._frames = FrameReader(MAX_FRAME_BYTES, _SCRATCH_BYTES)
         self.transport: asyncio.Transport | None = None
         self.closed = False
 
@@ -239,16 +263,7 @@ class _Connection(asyncio.BufferedProtocol):
             raise ConnectionError("peer channel closed")
         self.transport.write(frame)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._frames.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self._frames.buffer_updated(nbytes)
-        except FrameTooLarge as exc:
-            log.error("peer channel closed: an answer of %d bytes", exc.size)
-            self.fail_all()
-            return
+    def _handle(self, frames: list[memoryview]) -> None:
         for frame in frames:
             try:
                 call_id, result = owner_calls.decode_result(frame)
@@ -261,13 +276,9 @@ class _Connection(asyncio.BufferedProtocol):
             future = self.pending.pop(call_id, None)
             if future is not None and not future.done():
                 future.set_result(result)
-        failed = self._frames.failed  # after whole answers, in the same read: those resolved above
-        if failed is not None:
-            log.error("peer channel closed: an answer of %d bytes", failed.size)
-            self.fail_all()
 
-    def eof_received(self) -> bool:
-        return False
+    def _end(self) -> None:
+        self.fail_all()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail_all()
