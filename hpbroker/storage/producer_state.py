@@ -344,6 +344,8 @@ class ProducerStateManager:
         earliest open transaction's first offset, or an ended one's whose marker
         the high watermark has not passed (its outcome is not replicated);
         None when there is none."""
+        if not self._unreplicated and not self._ongoing:
+            return None  # nearly every partition, on every publish: no transaction at all
         if self._unreplicated and self._unreplicated[0].last_offset < high_watermark:
             self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
         firsts = [t.first_offset for t in self._unreplicated]
