@@ -214,8 +214,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         failure = task.exception()
         if failure is not None:  # _one answers a handler's failure itself: this is a bug of ours
             log.error("closing connection from %s: handling a request failed", self.peer, exc_info=failure)
+            self.started = None  # reported here: the serving task just ends
             self.closing = self.dropped = True
             self.transport.abort()
+            self.queue.put_nowait(None)
             return
         self.started = None
         if not task.result():
