@@ -59,6 +59,10 @@ class Context:
             await asyncio.wait_for(self._arrived.wait(), TIMEOUT_S)
 
 
+class Broken(BaseException):
+    """Not an ``Exception``: what a bug past a handler's own error answer looks like to the connection."""
+
+
 class Handler:
     """ApiVersions answered with ``correlation id + b"ok"``; a test may hold a
     correlation id's answer back with a gate.  A correlation id in ``owed`` is
@@ -70,6 +74,7 @@ class Handler:
         self.gates: dict[int, asyncio.Event] = {}
         self.owed: set[int] = set()
         self.failing: set[int] = set()
+        self.broken: set[int] = set()  # correlation ids whose handler raises past the connection's own handling
         self.files: dict[int, int] = {}  # correlation id -> a descriptor its owed answer is sent from
         self.file_bytes: dict[int, int] = {}  # how many of the file's bytes that answer sends (default 2)
         self.regions: list[int] = []  # the descriptors those answers were given
@@ -98,6 +103,8 @@ class Handler:
             gate = self.gates.get(cid)
             if gate is not None:
                 await gate.wait()
+            if cid in self.broken:
+                raise Broken(f"request {cid}")
             self.handled.append(cid)
             self.hosts.append(CLIENT_HOST.get())
             self.moved.set()
@@ -269,6 +276,21 @@ def test_after_a_request_that_waited_the_next_is_again_handled_in_the_turn_that_
         assert s.handler.tasks[1] is None and s.handler.tasks[2] is None  # 2 began in a read callback, 3 too
         assert s.connection.started is None
     run(scenario)
+
+
+def test_a_request_that_waited_and_then_broke_closes_its_connection_with_the_reason(caplog):
+    async def scenario(s):
+        gate = await begin_a_waiting_request(s)
+        s.handler.broken.add(2)
+        gate.set()
+        assert await s.read_to_the_end() == b""  # no answer: the connection is closed
+        await asyncio.wait_for(s.closed.wait(), TIMEOUT_S)
+        await asyncio.wait_for(s.connection.task, TIMEOUT_S)  # the serving task ends, without raising
+        assert s.connection.dropped and s.handler.handled == [1]
+    with caplog.at_level(logging.ERROR, logger="hpbroker.workers.connection"):
+        run(scenario)
+    [record] = [r for r in caplog.records if r.name == "hpbroker.workers.connection"]
+    assert "handling a request failed" in record.getMessage() and record.exc_info is not None
 
 
 @pytest.mark.parametrize("size, logged", [
