@@ -8,10 +8,12 @@ aborted record, and see a committed one; read_uncommitted sees every data
 record; nobody sees a marker."""
 
 import time
+from typing import Literal
 
 import confluent_kafka as ck
 import kafka
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.structs import TopicPartition as KpTopicPartition
 
 from hpbroker.records import Record, encode_batch, encode_control_batch
 from hpbroker.records.control import ABORT, COMMIT
@@ -50,8 +52,9 @@ def ck_read(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error():
-                assert message.error().code() == ck.KafkaError._PARTITION_EOF, message.error()
+            error = message.error()
+            if error is not None:
+                assert error.code() == ck.KafkaError._PARTITION_EOF, error
                 return values
             values.append(message.value())
     finally:
@@ -59,10 +62,11 @@ def ck_read(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
     raise AssertionError(f"no end of partition within 30 s; read {values}")
 
 
-def kp_read(bootstrap: str, topic: str, isolation: str, expected: int) -> list[bytes]:
+def kp_read(bootstrap: str, topic: str, isolation: Literal["read_committed", "read_uncommitted"],
+            expected: int) -> list[bytes]:
     consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
                                    enable_auto_commit=False, consumer_timeout_ms=3000)
-    partition = kafka.TopicPartition(topic, 0)
+    partition = KpTopicPartition(topic, 0)
     consumer.assign([partition])
     consumer.seek_to_beginning(partition)
     values = []
