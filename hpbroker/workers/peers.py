@@ -13,7 +13,10 @@ is gone).  A payload that finds no slot goes inline, as before.
 Only the declared call types decode; anything else is answered ``Failed``
 when its call id can be read, logged and dropped otherwise, and never ends
 the channel.  Calls are answered concurrently and may complete out of order,
-matched by call id.
+matched by call id.  Both ends are buffered protocols: the owner starts a call
+in the read callback that completed its frame and, when it finishes there (an
+append), writes the answers of one read together; the caller's future is
+resolved in the read callback its answer completed.
 
 A call to a peer that is down (restarting) raises ``PeerUnavailable``; the
 owner client (``owners.py``) turns it into the call's retriable error.
