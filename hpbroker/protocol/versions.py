@@ -108,6 +108,9 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     47: (0, 0),
     # DescribeCluster: all of it (v2's fenced flag is always false here).
     60: (0, 2),
+    # DescribeProducers: all of it (only v0 exists): the partition leader's active
+    # producers and their open transactions (kafka-transactions describe-producers).
+    61: (0, 0),
 })
 
 

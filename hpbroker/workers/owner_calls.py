@@ -81,6 +81,13 @@ class EpochEndOffset(msgspec.Struct, **_STRUCT):
     end_offset: int = -1
 
 
+class ActiveProducers(msgspec.Struct, **_STRUCT):
+    """DescribeProducers, one partition: (producer id, epoch, last sequence, last
+    timestamp, coordinator epoch, open transaction's first offset or -1) each."""
+    error: ErrorCode
+    producers: list[tuple[int, int, int, int, int, int]] = []
+
+
 class DeletedRecords(msgspec.Struct, **_STRUCT):
     """DeleteRecords, one partition: the log start offset now."""
     error: ErrorCode
@@ -205,7 +212,7 @@ class Failed(msgspec.Struct, **_STRUCT):
 
 
 PartitionResult = Union[AppendResult, LocateResult, ListedOffset, PartitionBoundsResult, EpochEndOffset,
-                        DeletedRecords, Done]
+                        ActiveProducers, DeletedRecords, Done]
 
 
 # --- calls ------------------------------------------------------------------------------------
@@ -285,6 +292,13 @@ class EpochEnd(_Call):
     result: ClassVar = EpochEndOffset
 
 
+class DescribeProducers(_Call):
+    """DescribeProducers for one partition: its leader's active producers."""
+    topic: str
+    partition: int
+    result: ClassVar = ActiveProducers
+
+
 class DeleteRecords(_Call):
     """Move the log start up to ``offset`` (-1: the high watermark), answered once
     every in-sync replica has moved its own (or ``timeout_ms`` passed)."""
@@ -302,8 +316,8 @@ class DeletePartition(_Call):
     result: ClassVar = Done
 
 
-PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DeleteRecords,
-                      DeletePartition]
+PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DescribeProducers,
+                      DeleteRecords, DeletePartition]
 
 
 class Batch(_Call):

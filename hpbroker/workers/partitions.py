@@ -34,6 +34,7 @@ from hpbroker.errors import ErrorCode
 from hpbroker.storage import LogManager, filenames
 from hpbroker.workers import eager
 from hpbroker.workers.owner_calls import (
+    ActiveProducers,
     Append,
     AppendResult,
     Batch,
@@ -42,6 +43,7 @@ from hpbroker.workers.owner_calls import (
     DeletedRecords,
     DeletePartition,
     DeleteRecords,
+    DescribeProducers,
     Done,
     EpochEnd,
     FollowerFetch,
@@ -74,8 +76,9 @@ class Partitions:
         self._configs_generation = topics.generation
         self._handlers = {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
                           ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
-                          DeleteRecords: self.delete_records, DeletePartition: self.delete_partition,
-                          Batch: self.batch, WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
+                          DescribeProducers: self.describe_producers, DeleteRecords: self.delete_records,
+                          DeletePartition: self.delete_partition, Batch: self.batch,
+                          WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
 
     # --- the registry -------------------------------------------------------------------
     def resolve(self, topic: str, partition: int) -> Partition | ErrorCode:
@@ -197,6 +200,14 @@ class Partitions:
     def bounds(self, call: PartitionBounds):
         found = self._leading(call.topic, call.partition)
         return call.unanswered(found) if isinstance(found, ErrorCode) else found.bounds()
+
+    def describe_producers(self, call: DescribeProducers) -> ActiveProducers:
+        found = self._leading(call.topic, call.partition)
+        if isinstance(found, ErrorCode):
+            return ActiveProducers(found)
+        return ActiveProducers(ErrorCode.none, [
+            (e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+             e.current_txn_first_offset) for e in found.log.producer_state.producers.values()])
 
     def epoch_end(self, call: EpochEnd):
         found = self._leading(call.topic, call.partition, call.current_leader_epoch)

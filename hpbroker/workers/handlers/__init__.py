@@ -18,6 +18,7 @@ from hpbroker.workers.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -39,9 +40,9 @@ from hpbroker.workers.handlers import (
 
 _MODULES = (alter_partition_reassignments, api_versions, create_partitions, create_topics, delete_groups,
             delete_records, delete_topics, describe_cluster, describe_configs, describe_groups, describe_log_dirs,
-            elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group, list_groups,
-            list_offsets, list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
-            offset_for_leader_epoch, produce, sync_group)
+            describe_producers, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group,
+            leave_group, list_groups, list_offsets, list_partition_reassignments, metadata, offset_commit,
+            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group)
 ROUTES = {module.API_KEY: module.handle for module in _MODULES}
 ROUTES[alter_configs.ALTER_CONFIGS] = alter_configs.handle_alter_configs
 ROUTES[alter_configs.INCREMENTAL_ALTER_CONFIGS] = alter_configs.handle_incremental_alter_configs
