@@ -51,7 +51,7 @@ from hpbroker.clock import now_ms
 from hpbroker.kernels import layout, scan_batches
 from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.kernels.layout import CONTROL_BIT, TRANSACTIONAL_BIT
-from hpbroker.records import CorruptRecordError, batch as batch_format, control
+from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
 from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
 from hpbroker.storage.config import LogConfig
@@ -273,8 +273,6 @@ class Log:
         for segment in self._segments:
             if segment.next_offset <= fetch_offset:
                 continue
-            if segment.base_offset >= upper_bound and not segment.txn_index.entries:
-                continue
             entries, complete = segment.txn_index.collect(fetch_offset, upper_bound)
             found += entries
             if complete:
@@ -445,18 +443,10 @@ class Log:
         offset -> its position in ``buf``) that its markers abort.  Known before
         the write publishes the new offsets, so that no reader in another worker
         takes the log for one without aborts while they are being indexed."""
-        aborted = [AbortedTxn(*txn) for txn in self.producer_state.take_completed()
-                   if txn.last_offset in markers and self._is_abort(buf, markers[txn.last_offset])]
+        aborted = log_loader.aborts_among(self.producer_state, buf, markers, self._name)
         if aborted:
             self._has_aborts = True
         return aborted
-
-    def _is_abort(self, buf, position: int) -> bool:
-        try:
-            return control.marker_at(buf, position).is_abort
-        except CorruptRecordError as exc:  # the batch is in the log already: say so, index nothing
-            log.error("%s: a control batch without a readable marker: %s", self._name, exc)
-            return False
 
     def _index(self, aborted: list[AbortedTxn]) -> None:
         """Aborts go into the active segment's ``.txnindex`` (where every batch of

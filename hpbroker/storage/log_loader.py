@@ -154,18 +154,28 @@ def replay_producer_state(producer_state: ProducerStateManager, segments: Iterab
         producer_state.load_from_batches(scan, from_offset=start)
         if producer_state.has_completed:
             markers = dict(zip(scan.last_offset.tolist(), scan.position.tolist()))
-            for txn in producer_state.take_completed():
-                position = markers.get(txn.last_offset)
-                if position is not None and _is_abort(segment, position):
-                    segment.txn_index.append(AbortedTxn(*txn))
+            for txn in aborts_among(producer_state, segment.view(), markers, segment.log_path):
+                segment.txn_index.append(txn)
 
 
-def _is_abort(segment: LogSegment, position: int) -> bool:
-    try:
-        return control.marker_at(segment.view(), position).is_abort
-    except CorruptRecordError as exc:
-        log.error("%s: a control batch without a readable marker: %s", segment.log_path, exc)
-        return False
+def aborts_among(producer_state: ProducerStateManager, buf, markers: dict[int, int], name: str) -> list[AbortedTxn]:
+    """The transactions the producer state just ended (taken from it) that their
+    markers abort; ``markers`` maps a marker's offset to its position in ``buf``.
+    A marker that cannot be read is already in the log: it is logged, and
+    indexes nothing."""
+    aborted = []
+    for txn in producer_state.take_completed():
+        position = markers.get(txn.last_offset)
+        if position is None:
+            continue
+        try:
+            is_abort = control.marker_at(buf, position).is_abort
+        except CorruptRecordError as exc:
+            log.error("%s: a control batch without a readable marker: %s", name, exc)
+            continue
+        if is_abort:
+            aborted.append(AbortedTxn(*txn))
+    return aborted
 
 
 def take_snapshot(producer_state: ProducerStateManager, name: str, offset: int, *, sync: bool = True) -> str | None:

@@ -76,12 +76,6 @@ class TransactionIndex:
         if os.path.exists(self.path):
             os.truncate(self.path, len(keep) * ENTRY.size)
 
-    def reset(self) -> None:
-        """Forget every entry (the segment is being rebuilt from its batches)."""
-        self.entries = []
-        if os.path.exists(self.path):
-            os.truncate(self.path, 0)
-
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """The aborted transactions that may hold records in ``[fetch_offset,
         upper_bound)``, and whether the search is complete: True once an entry's
@@ -108,12 +102,6 @@ class TransactionIndex:
         if os.path.exists(self.path):
             os.rename(self.path, path)
         self.path = path
-
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
 
 def _read(path: str) -> list[AbortedTxn]:

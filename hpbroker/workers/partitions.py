@@ -204,7 +204,7 @@ class Partitions:
     def describe_producers(self, call: DescribeProducers) -> ActiveProducers:
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
-            return ActiveProducers(found)
+            return call.unanswered(found)
         return ActiveProducers(ErrorCode.none, [
             (e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
              e.current_txn_first_offset) for e in found.log.producer_state.producers.values()])
