@@ -329,7 +329,10 @@ def _build_log(ops):
             epochs[pid] = epochs.get(pid, 0) + 1
             seqs[pid] = 0
         epoch, seq = epochs.setdefault(pid, 0), seqs.setdefault(pid, 0)
-        assert live.check(pid, epoch, seq, count).verdict is Verdict.OK
+        verdict = live.check(pid, epoch, seq, count, transactional=txn).verdict
+        if verdict is Verdict.INVALID_TXN_STATE:
+            continue  # a plain batch inside the producer's open transaction: the broker refuses it
+        assert verdict is Verdict.OK
         records = [Record(offset + k, ts, None, b"v") for k in range(count)]
         chunks.append(encode_batch(records, base_offset=offset, producer_id=pid, producer_epoch=epoch,
                                    base_sequence=seq, transactional=txn))

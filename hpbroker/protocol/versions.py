@@ -81,6 +81,13 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     22: (0, 4),
     # OffsetForLeaderEpoch: Kafka 4's floor 2; librdkafka validates positions with it.
     23: (2, 4),
+    # AddPartitionsToTxn: v0-v3 are the clients' (one transaction each); v4+ are
+    # broker-to-broker batches. AddOffsetsToTxn, EndTxn, TxnOffsetCommit: up to
+    # the versions before transaction-v2 (KIP-890 part 2), as InitProducerId.
+    24: (0, 3),
+    25: (0, 3),
+    26: (0, 4),
+    28: (0, 4),
     # DescribeConfigs: Kafka 4's floor 1.
     32: (1, 4),
     # AlterConfigs: Kafka 4's range; replaces a topic's overrides (the admin CLI and
@@ -111,6 +118,10 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     # DescribeProducers: all of it (only v0 exists): the partition leader's active
     # producers and their open transactions (kafka-transactions describe-producers).
     61: (0, 0),
+    # DescribeTransactions, ListTransactions: kafka-transactions describe / list
+    # (v1 of List adds the running-time filter).
+    65: (0, 0),
+    66: (0, 1),
 })
 
 

@@ -77,6 +77,9 @@ BROKER_KEYS = {
     "transaction.state.log.replication.factor": (int, 1),
     "transaction.state.log.min.isr": (int, 1),
     "transactional.id.expiration.ms": (int, 604800000),
+    "transaction.max.timeout.ms": (int, 900000),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),
+    "transaction.state.log.segment.bytes": (int, 104857600),
     "zookeeper.connect": (str, ""),
     "zookeeper.session.timeout.ms": (int, 18000),
     "zookeeper.connection.timeout.ms": (int, None),  # None: the session timeout, as in Kafka

@@ -8,13 +8,16 @@ A consumer group belongs to the partition of ``__consumer_offsets`` that Kafka
 would put it in (``abs(groupId.hashCode()) % offsets.topic.num.partitions``,
 Java's String hash), and so to that partition's owner: the coordinator appends
 the group's records to a log it owns, and a directory moved between Kafka and
-hpbroker keeps every group in the partition it was written to.
+hpbroker keeps every group in the partition it was written to.  A
+transactional id belongs to its ``__transaction_state`` partition the same way.
 """
 
 import zlib
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions
+TRANSACTION_TOPIC = "__transaction_state"
+DEFAULT_TRANSACTION_PARTITIONS = 50  # transaction.state.log.num.partitions
 
 
 def partition_owner(topic: str, partition: int, workers: int) -> int:
@@ -38,3 +41,12 @@ def group_partition(group: str, partitions: int = DEFAULT_OFFSETS_PARTITIONS) ->
 
 def group_owner(group: str, workers: int, partitions: int = DEFAULT_OFFSETS_PARTITIONS) -> int:
     return partition_owner(OFFSETS_TOPIC, group_partition(group, partitions), workers)
+
+
+def txn_partition(transactional_id: str, partitions: int = DEFAULT_TRANSACTION_PARTITIONS) -> int:
+    """Kafka's ``partitionFor(transactionalId)``: the same hash as a group's."""
+    return group_partition(transactional_id, partitions)
+
+
+def txn_owner(transactional_id: str, workers: int, partitions: int = DEFAULT_TRANSACTION_PARTITIONS) -> int:
+    return partition_owner(TRANSACTION_TOPIC, txn_partition(transactional_id, partitions), workers)

@@ -43,6 +43,13 @@ class InvalidProducerEpochError(StorageError):
     error_code = ErrorCode.invalid_producer_epoch
 
 
+class InvalidTxnStateError(StorageError):
+    """A producer's data batch that does not fit its transaction here: a plain
+    batch while its transaction is open on the partition."""
+
+    error_code = ErrorCode.invalid_txn_state
+
+
 class KafkaStorageError(StorageError):
     """The disk failed under a write (full, read-only, I/O error); nothing was appended."""
 

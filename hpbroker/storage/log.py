@@ -58,6 +58,7 @@ from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -89,6 +90,7 @@ _OK = CheckResult(Verdict.OK)
 _PRODUCER_ERRORS = {
     Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
     Verdict.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
+    Verdict.INVALID_TXN_STATE: InvalidTxnStateError,
 }
 
 
@@ -372,7 +374,8 @@ class Log:
                                                 from_client=origin == ORIGIN_CLIENT)
         if self.config.compact:
             append_validation.check_keys(buf, scan, self._name)
-        checked = self.producer_state.check_batches(scan) if idempotent else _OK
+        checked = (self.producer_state.check_batches(scan, sequences=origin == ORIGIN_CLIENT) if idempotent
+                   else _OK)
         if checked.verdict is not Verdict.OK:
             if checked.verdict is Verdict.DUPLICATE:
                 return AppendInfo(

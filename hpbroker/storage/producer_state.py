@@ -163,6 +163,7 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"  # already in the log: answer NONE with the original offsets
     OUT_OF_ORDER_SEQUENCE_NUMBER = "out_of_order"
     INVALID_PRODUCER_EPOCH = "invalid_epoch"
+    INVALID_TXN_STATE = "invalid_txn_state"  # a plain batch while the producer's transaction is open here
 
 
 # The Kafka error a produce answer carries for each verdict.
@@ -171,6 +172,7 @@ _ERROR_CODES = {
     Verdict.DUPLICATE: ErrorCode.none,
     Verdict.OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode.out_of_order_sequence_number,
     Verdict.INVALID_PRODUCER_EPOCH: ErrorCode.invalid_producer_epoch,
+    Verdict.INVALID_TXN_STATE: ErrorCode.invalid_txn_state,
 }
 
 
@@ -191,11 +193,14 @@ _OK = CheckResult(Verdict.OK)
 
 
 def _check(committed: ProducerStateEntry | None, current: ProducerStateEntry | None,
-           producer_id: int, epoch: int, first_seq: int, last_seq: int) -> CheckResult:
+           producer_id: int, epoch: int, first_seq: int, last_seq: int, transactional: bool = False,
+           sequences: bool = True) -> CheckResult:
     """Kafka's duplicate lookup (against the committed state only) followed by
     ``ProducerAppendInfo.checkProducerEpoch`` and ``checkSequence`` (against the
-    state including earlier batches of the same request)."""
-    if committed is not None:
+    state including earlier batches of the same request).  Without
+    ``sequences`` (the broker's own transactional writes, which carry none)
+    only the epoch is checked."""
+    if committed is not None and sequences:
         duplicate = committed.find_duplicate(epoch, first_seq, last_seq)
         if duplicate is not None:
             return CheckResult(Verdict.DUPLICATE, duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
@@ -203,6 +208,13 @@ def _check(committed: ProducerStateEntry | None, current: ProducerStateEntry | N
     if epoch < known_epoch:
         return CheckResult(Verdict.INVALID_PRODUCER_EPOCH,
                            message=f"producer {producer_id}: epoch {epoch} is older than {known_epoch}")
+    if not transactional and current is not None and current.current_txn_first_offset >= 0 and \
+            epoch == known_epoch:
+        return CheckResult(Verdict.INVALID_TXN_STATE,
+                           message=f"producer {producer_id}: a non-transactional batch while its transaction "
+                                   f"from offset {current.current_txn_first_offset} is open")
+    if not sequences:
+        return _OK
     if epoch != known_epoch:
         # A bumped epoch restarts at 0.  With no state at all any sequence is
         # accepted: since KIP-360 (Kafka 2.5) the broker no longer answers
@@ -258,20 +270,23 @@ class ProducerStateManager:
         self._completed: list[CompletedTxn] = []
 
     # --- the append path ---------------------------------------------------------
-    def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int) -> CheckResult:
+    def check(self, producer_id: int, epoch: int, base_sequence: int, record_count: int,
+              transactional: bool = False) -> CheckResult:
         """What to do with one incoming data batch (see ``Verdict``)."""
         if producer_id == NO_PRODUCER_ID:
             return _OK  # not idempotent: nothing to check, nothing tracked
         entry = self._producers.get(producer_id)
         last_seq = increment_sequence(base_sequence, record_count - 1)
-        return _check(entry, entry, producer_id, epoch, base_sequence, last_seq)
+        return _check(entry, entry, producer_id, epoch, base_sequence, last_seq, transactional)
 
-    def check_batches(self, columns) -> CheckResult:
+    def check_batches(self, columns, sequences: bool = True) -> CheckResult:
         """``check`` for every batch of one produce request, in order, each seeing
         the ones before it as appended (a producer may send consecutive batches
         together).  The first duplicate or error answers for the whole request,
         as in Kafka's ``analyzeAndValidateProducerState``.  Control batches are
-        skipped: clients cannot send them."""
+        skipped: clients cannot send them.  ``sequences=False``: the broker's
+        own transactional writes (offsets committed in a transaction), whose
+        epoch is checked and nothing else."""
         pending: dict[int, ProducerStateEntry] = {}
         for pid, epoch, seq, base, last, max_ts, attrs in _rows(columns):
             if pid == NO_PRODUCER_ID or attrs & CONTROL_BIT:
@@ -279,11 +294,12 @@ class ProducerStateManager:
             committed = self._producers.get(pid)
             current = pending.get(pid, committed)
             last_seq = increment_sequence(seq, last - base)
-            result = _check(committed, current, pid, epoch, seq, last_seq)
+            transactional = bool(attrs & TRANSACTIONAL_BIT)
+            result = _check(committed, current, pid, epoch, seq, last_seq, transactional, sequences)
             if result.verdict is not Verdict.OK:
                 return result
             nxt = current.copy() if current is not None else ProducerStateEntry(pid)
-            nxt.add_batch(epoch, BatchMetadata(seq, last_seq, base, last, max_ts))
+            nxt.add_batch(epoch, BatchMetadata(seq, last_seq, base, last, max_ts), transactional)
             pending[pid] = nxt
         return _OK
 

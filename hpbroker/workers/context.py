@@ -152,8 +152,8 @@ class PartitionDirs:
 
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
-                 topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, cluster=None, producer_ids=None,
-                 partition_offsets=None):
+                 topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, transactions=None, cluster=None,
+                 producer_ids=None, partition_offsets=None):
         self.config = config
         self.index = index
         self.workers = workers
@@ -161,6 +161,8 @@ class WorkerContext:
         self.topics = topics
         self.owners = owners  # owners.Owners: ask the owner of a partition or a group
         self.groups = groups  # this worker's GroupCoordinator (FindCoordinator makes sure of its topic)
+        # this worker's TransactionCoordinator; None in cluster mode, which has none yet
+        self.transactions = transactions
         self.segment_files = SegmentFiles()
         self.partition_dirs = PartitionDirs(topics.log_dirs)
         self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])

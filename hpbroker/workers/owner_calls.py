@@ -40,6 +40,10 @@ class AppendResult(msgspec.Struct, **_STRUCT):
     message: str | None = None
     end_offset: int = -1  # one past the batch's last offset: what acks=all waits for
     replicated: bool = False  # the high watermark was past it already: acks=all has nothing to wait for
+    # not appended: a transactional batch that opens its producer's transaction on the
+    # partition waits until the coordinator confirms the partition is in it (KIP-890); the
+    # guard to send back with the confirmed retry
+    verify: int = 0
 
 
 class LocateResult(msgspec.Struct, **_STRUCT):
@@ -205,6 +209,42 @@ class FetchedOffsets(msgspec.Struct, **_STRUCT):
     partitions: list[FetchedOffset] = []
 
 
+class ProducerIdResult(msgspec.Struct, **_STRUCT):
+    """InitProducerId with a transactional id."""
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TxnPartitionsResult(msgspec.Struct, **_STRUCT):
+    """AddPartitionsToTxn: each partition's error (the transaction's, when it has one)."""
+    error: ErrorCode
+    partitions: list[PartitionError] = []
+
+
+class DescribedTxn(msgspec.Struct, **_STRUCT):
+    """DescribeTransactions, one transactional id."""
+    error: ErrorCode
+    transactional_id: str = ""
+    state: str = ""
+    timeout_ms: int = 0
+    start_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    partitions: list[tuple[str, int]] = []
+
+
+class ListedTxn(msgspec.Struct, **_STRUCT):
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class TxnListing(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    transactions: list[ListedTxn] = []
+
+
 class Failed(msgspec.Struct, **_STRUCT):
     """The owner could not answer: the error a client gets for it, and why."""
     error: ErrorCode
@@ -235,7 +275,19 @@ class Append(_Call):
     records: bytes
     acks: int = 1
     payload: ArenaRef | None = None
+    verified: int = 0  # the guard of a transactional batch the coordinator confirmed (``AppendResult.verify``)
     result: ClassVar = AppendResult
+
+
+class WriteMarker(_Call):
+    """A transaction's COMMIT or ABORT marker for one of its partitions, from its coordinator."""
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    result: ClassVar = Done
 
 
 class Locate(_Call):
@@ -317,7 +369,7 @@ class DeletePartition(_Call):
 
 
 PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DescribeProducers,
-                      DeleteRecords, DeletePartition]
+                      DeleteRecords, DeletePartition, WriteMarker]
 
 
 class Batch(_Call):
@@ -430,8 +482,24 @@ class OffsetDelete(_Call):
     result: ClassVar = CommittedOffsets
 
 
+class TxnOffsetCommit(_Call):
+    """Offsets committed inside a transaction: pending until its marker."""
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    generation: int
+    member_id: str
+    instance_id: str | None
+    partitions: list[tuple[str, int, int, int, str | None]]  # topic, partition, offset, leader epoch, metadata
+
+    def unanswered(self, error: ErrorCode) -> CommittedOffsets:
+        return CommittedOffsets(error, [PartitionError(topic, partition, error) for topic, partition, *_ in
+                                        self.partitions])
+
+
 GroupCall = Union[JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroup, DeleteGroup, OffsetCommit,
-                  OffsetFetch, OffsetDelete]
+                  OffsetFetch, OffsetDelete, TxnOffsetCommit]
 
 
 class ListGroups(_Call):
@@ -441,11 +509,63 @@ class ListGroups(_Call):
     result: ClassVar = GroupListing
 
 
-Call = Union[PartitionCall, GroupCall, Batch, WaitReplicated, WaitForData, ListGroups]
+# --- calls about a transactional id: its coordinator answers -----------------------------------
+class InitTxnProducer(_Call):
+    """InitProducerId with a transactional id: a producer id and a new epoch,
+    fencing the previous instance.  ``producer_id``/``producer_epoch`` are the
+    caller's current ones (KIP-360), or -1."""
+    transactional_id: str
+    timeout_ms: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    result: ClassVar = ProducerIdResult
+
+
+class AddTxnPartitions(_Call):
+    """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets
+    partition); ``verify_only``: only say whether they are in the ongoing
+    transaction (a leader's check before a transactional produce)."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: list[tuple[str, int]]
+    verify_only: bool = False
+
+    def unanswered(self, error: ErrorCode) -> TxnPartitionsResult:
+        return TxnPartitionsResult(error, [PartitionError(t, p, error) for t, p in self.partitions])
+
+
+class EndTxn(_Call):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    result: ClassVar = Done
+
+
+class DescribeTxn(_Call):
+    transactional_id: str
+    result: ClassVar = DescribedTxn
+
+
+TxnCall = Union[InitTxnProducer, AddTxnPartitions, EndTxn, DescribeTxn]
+
+
+class ListTxns(_Call):
+    """The transactions one worker coordinates (ListTransactions asks every worker)."""
+    states: list[str]
+    producer_ids: list[int]
+    min_duration_ms: int = -1
+    result: ClassVar = TxnListing
+
+
+Call = Union[PartitionCall, GroupCall, TxnCall, Batch, WaitReplicated, WaitForData, ListGroups, ListTxns]
 Result = Union[PartitionResult, Replicated, DataReady, Batched, JoinResult, SyncResult, LeaveResult,
-               GroupDescription, GroupListing, CommittedOffsets, FetchedOffsets, Failed]
+               GroupDescription, GroupListing, CommittedOffsets, FetchedOffsets, ProducerIdResult,
+               TxnPartitionsResult, DescribedTxn, TxnListing, Failed]
 PARTITION_CALLS = PartitionCall.__args__
 GROUP_CALLS = GroupCall.__args__
+TXN_CALLS = TxnCall.__args__
 
 
 class OwnerError(Exception):

@@ -24,15 +24,17 @@ import logging
 from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
-from hpbroker.server.ownership import group_owner, partition_owner
+from hpbroker.server.ownership import DEFAULT_TRANSACTION_PARTITIONS, group_owner, partition_owner, txn_owner
 from hpbroker.workers import affinity
 from hpbroker.workers.owner_calls import (
     GROUP_CALLS,
     PARTITION_CALLS,
+    TXN_CALLS,
     Batch,
     Batched,
     Failed,
     ListGroups,
+    ListTxns,
     OwnerError,
     WaitReplicated,
 )
@@ -91,30 +93,34 @@ def _unreachable(call) -> ErrorCode:
     """What a client is told when the owner of ``call`` cannot be reached."""
     if isinstance(call, WaitReplicated):
         return ErrorCode.request_timed_out  # appended, but nobody can say it is replicated
-    if isinstance(call, GROUP_CALLS + (ListGroups,)):
+    if isinstance(call, GROUP_CALLS + TXN_CALLS + (ListGroups, ListTxns)):
         return ErrorCode.coordinator_not_available
     return ErrorCode.not_leader_or_follower
 
 
 class Owners:
-    def __init__(self, index: int, workers: int, local: LocalOwner, peers, offsets_partitions: int):
+    def __init__(self, index: int, workers: int, local: LocalOwner, peers, offsets_partitions: int,
+                 txn_partitions: int = DEFAULT_TRANSACTION_PARTITIONS):
         self.index = index
         self.workers = workers
         self.local = local
         self.peers = peers
         self.offsets_partitions = offsets_partitions  # offsets.topic.num.partitions: where a group lives
+        self.txn_partitions = txn_partitions  # transaction.state.log.num.partitions: where a transactional id lives
         self._remote = {worker: PeerOwner(peers, worker) for worker in range(workers) if worker != index}
 
     def owner(self, worker: int) -> Owner:
         return self.local if worker == self.index else self._remote[worker]
 
     def owner_of(self, call) -> int:
-        """The worker owning the partition or the group ``call`` is about."""
+        """The worker owning the partition, group or transactional id ``call`` is about."""
         if isinstance(call, PARTITION_CALLS):
             return partition_owner(call.topic, call.partition, self.workers)
         if isinstance(call, GROUP_CALLS):
             return group_owner(call.group_id or "", self.workers, self.offsets_partitions)
-        raise TypeError(f"{type(call).__name__} names no partition or group: ask a worker")
+        if isinstance(call, TXN_CALLS):
+            return txn_owner(call.transactional_id, self.workers, self.txn_partitions)
+        raise TypeError(f"{type(call).__name__} names no partition, group or transactional id: ask a worker")
 
     def partition_owner(self, topic: str, partition: int) -> int:
         return partition_owner(topic, partition, self.workers)

@@ -34,6 +34,7 @@ from hpbroker.replication.isr import LeaderState
 from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.storage import OffsetOutOfRangeError, StorageError
+from hpbroker.storage.log import ORIGIN_CLIENT
 from hpbroker.workers import observe
 from hpbroker.workers.owner_calls import (
     AppendResult,
@@ -79,6 +80,10 @@ class Partition:
         self.leader_id = -1  # FOLLOWER: the broker it copies from
         self.trusted = trusted  # () -> bool: the worker's leaderships are not in doubt
         self.publisher = publisher  # the shared partition table, rewritten whenever the offsets move
+        # producer id -> (epoch, guard): transactional produces verified with the coordinator
+        # (KIP-890); a marker for the producer ends its guard, so a produce verified before
+        # the marker cannot land after it, in a transaction nobody will end
+        self.txn_guards: dict[int, tuple[int, int]] = {}
         log.on_offsets_changed = self.publish
         self.publish()
 
@@ -119,10 +124,12 @@ class Partition:
         return len(self.leadership.state.isr) if self.leadership is not None else 0
 
     # --- writing -----------------------------------------------------------------------
-    def append(self, records, acks: int, min_insync: int) -> AppendResult:
+    def append(self, records, acks: int, min_insync: int, origin: str = ORIGIN_CLIENT) -> AppendResult:
         """Produce: the batches appended at the next offsets (the caller checked
         ``leader_error``).  acks=all is refused before appending while fewer
-        replicas are in sync than ``min_insync``, as Kafka does."""
+        replicas are in sync than ``min_insync``, as Kafka does.  ``origin``
+        is the log's: a coordinator's own writes (markers, transactional
+        offsets) are ``ORIGIN_COORDINATOR``."""
         partition_log = self.log
         in_sync = self.isr_size()
         if acks == -1 and min_insync > in_sync:
@@ -130,7 +137,7 @@ class Partition:
                                 message=f"{self.topic}-{self.index} has {in_sync} in-sync replica(s), below "
                                         f"min.insync.replicas")
         try:
-            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch)
+            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch, origin=origin)
         except CorruptRecordError as exc:  # a legacy message set that does not decode
             return self._rejected(ErrorCode.corrupt_message, exc)
         except StorageError as exc:

@@ -23,15 +23,21 @@ producer's pipelined requests, the first refused and the next out of sequence.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec.structs
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
+from hpbroker.kernels.layout import TRANSACTIONAL_BIT
+from hpbroker.records.control import ABORT, COMMIT, encode_control_batch
 from hpbroker.storage import LogManager, filenames
+from hpbroker.storage.log import ORIGIN_COORDINATOR
 from hpbroker.workers import eager
 from hpbroker.workers.owner_calls import (
     ActiveProducers,
@@ -53,6 +59,7 @@ from hpbroker.workers.owner_calls import (
     Replicated,
     WaitForData,
     WaitReplicated,
+    WriteMarker,
 )
 from hpbroker.workers.partition import Partition, Role
 from hpbroker.workers.publisher import UNPUBLISHED
@@ -73,11 +80,14 @@ class Partitions:
         # cluster mode: the ReplicaManager, which gives the partitions assigned here their roles
         self.replicas = replicas
         self._standalone: dict[tuple[str, int], Partition] = {}
+        # (topic, partition, producer id, commit) -> None, after a marker is written: the
+        # group coordinator settles the offsets a transaction committed on an offsets partition
+        self.on_marker: Callable[[str, int, int, bool], None] | None = None
         self._configs_generation = topics.generation
         self._handlers = {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
                           ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
                           DescribeProducers: self.describe_producers, DeleteRecords: self.delete_records,
-                          DeletePartition: self.delete_partition, Batch: self.batch,
+                          DeletePartition: self.delete_partition, WriteMarker: self.write_marker, Batch: self.batch,
                           WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
 
     # --- the registry -------------------------------------------------------------------
@@ -163,14 +173,48 @@ class Partitions:
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
             return AppendResult(found)
-        result = found.append(call.records, call.acks, self.topics.config_for(call.topic).min_insync_replicas)
+        records = call.records
+        if len(records) > _ATTRIBUTES_LOW and records[_MAGIC] == 2 and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+            unverified = _txn_guard(found, records, call.verified)
+            if unverified is not None:
+                return unverified
+        return self._appended(found, found.append(records, call.acks,
+                                                  self.topics.config_for(call.topic).min_insync_replicas), call.acks)
+
+    def append_local(self, topic: str, partition: int, records) -> AppendResult:
+        """A coordinator's own write to a partition this worker owns (its
+        transactional offsets): no verification, no sequences; acks=1 (the
+        coordinator waits for the high watermark itself)."""
+        found = self._leading(topic, partition)
+        if isinstance(found, ErrorCode):
+            return AppendResult(found)
+        return self._appended(found, found.append(records, 1, 1, origin=ORIGIN_COORDINATOR), 1)
+
+    def write_marker(self, call: WriteMarker) -> Done:
+        """A transaction's marker on one partition; it ends the producer's
+        verification guard here, and a marker on an offsets partition settles
+        the offsets the transaction committed (``on_marker``)."""
+        found = self._leading(call.topic, call.partition)
+        if isinstance(found, ErrorCode):
+            return Done(found)
+        batch = encode_control_batch(COMMIT if call.commit else ABORT, producer_id=call.producer_id,
+                                     producer_epoch=call.producer_epoch, coordinator_epoch=call.coordinator_epoch)
+        result = self._appended(found, found.append(bytearray(batch), 1, 1, origin=ORIGIN_COORDINATOR), 1)
+        if result.error != ErrorCode.none:
+            return Done(result.error)
+        found.txn_guards.pop(call.producer_id, None)
+        if self.on_marker is not None:
+            self.on_marker(call.topic, call.partition, call.producer_id, call.commit)
+        return Done(ErrorCode.none)
+
+    def _appended(self, found: Partition, result: AppendResult, acks: int) -> AppendResult:
         if result.error == ErrorCode.none:
             if self.replicas is not None:
                 self.replicas.advance(found)  # an ISR of one: the high watermark moves now
             # long polls on it (standalone: consumers; in a cluster: followers); the log
             # published its new end itself
             self.purgatory.poke(found.key)
-            if call.acks == -1 and found.log.high_watermark >= result.end_offset:  # the only replica, say
+            if acks == -1 and found.log.high_watermark >= result.end_offset:  # the only replica, say
                 result = msgspec.structs.replace(result, replicated=True)
         return result
 
@@ -298,6 +342,40 @@ class Partitions:
             self._configs_generation = self.topics.generation
             self.logs.reconfigure()  # topic settings changed through any worker reach the open logs
         self.logs.tick(now_ms())
+
+
+# a v2 batch header: magic at byte 16, the attributes' low byte at 22, producer id and epoch at 43
+_MAGIC, _ATTRIBUTES_LOW = 16, 22
+_PRODUCER = struct.Struct(">qh")
+_PRODUCER_AT = 43
+_MAX_GUARDS = 10_000
+_guards = itertools.count(1)
+
+
+def _txn_guard(found: Partition, records, verified: int) -> AppendResult | None:
+    """KIP-890's check of a transactional produce: None when it may be
+    appended (its producer's transaction is open here already, or the
+    coordinator confirmed the partition is in it under a guard no marker has
+    ended since); otherwise the answer asking the caller to verify first, or
+    INVALID_TXN_STATE when the transaction ended after the confirmation."""
+    if len(records) < _PRODUCER_AT + _PRODUCER.size:
+        return None  # the log refuses the batch itself
+    producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    entry = found.log.producer_state.entry(producer_id)
+    if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch:
+        return None
+    guard = found.txn_guards.get(producer_id)
+    if verified:
+        if guard == (epoch, verified):
+            return None
+        return AppendResult(ErrorCode.invalid_txn_state, log_start_offset=found.log.log_start_offset,
+                            message=f"the transaction of producer {producer_id} ended before its produce to "
+                                    f"{found.topic}-{found.index} arrived")
+    if guard is None or guard[0] != epoch:
+        if len(found.txn_guards) >= _MAX_GUARDS:
+            found.txn_guards.clear()  # producers that never came back; a live one just verifies again
+        guard = found.txn_guards[producer_id] = (epoch, next(_guards))
+    return AppendResult(ErrorCode.none, verify=guard[1])
 
 
 def _still(found: Partition, epoch: int) -> bool:

@@ -80,7 +80,7 @@ def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef],
         return call
     counted("arena", size)
     refs.append(ref)
-    return Append(call.topic, call.partition, b"", call.acks, ref)
+    return Append(call.topic, call.partition, b"", call.acks, ref, call.verified)
 
 
 def _by_value(call, arena: ArenaReceiver):
@@ -96,7 +96,8 @@ def _append_by_value(call: Append, arena: ArenaReceiver) -> Append:
     if call.payload is None:
         return call
     # a private bytearray: Log.append stamps it in place instead of copying it again
-    return Append(call.topic, call.partition, cast(bytes, arena.take(call.payload)), call.acks)
+    return Append(call.topic, call.partition, cast(bytes, arena.take(call.payload)), call.acks,
+                  verified=call.verified)
 
 
 class PeerServer:

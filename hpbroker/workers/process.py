@@ -23,7 +23,7 @@ from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.server.ownership import OFFSETS_TOPIC, partition_owner
+from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC, partition_owner
 from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
@@ -43,6 +43,7 @@ from hpbroker.workers.producer_ids import ClusterProducerIds
 from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
+from hpbroker.workers.transactions import TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,16 @@ class Worker:
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
                                        fenced=self.partitions.in_doubt if in_cluster else None)
+        # transactions are coordinated standalone only for now (cluster mode refuses them)
+        self.transactions = None if in_cluster else TransactionCoordinator(self.partitions, self.topics, cfg,
+                                                                           self.index, self.workers)
+        self.partitions.on_marker = self._marker_written
         if self.replicas is not None:  # in_cluster
             self.replicas.changed = self.partitions.changed
             self.replicas.on_leadership = self._leadership_changed
         # what this worker answers, to its own handlers and to its peers alike
-        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers(),
+                                       **(self.transactions.handlers() if self.transactions is not None else {})})
 
     def _join_cluster(self) -> None:
         """Cluster mode: the broker's ZooKeeper session as the acceptor lends it
@@ -129,6 +135,13 @@ class Worker:
     def _leadership_changed(self, topic: str, partition: int, leading: bool) -> None:
         if topic == OFFSETS_TOPIC:
             self.groups.leadership_changed(partition, leading)
+        elif topic == TRANSACTION_TOPIC and self.transactions is not None:
+            self.transactions.leadership_changed(partition, leading)
+
+    def _marker_written(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction's marker on an offsets partition settles the offsets it committed there."""
+        if topic == OFFSETS_TOPIC:
+            self.groups.transaction_ended(partition, producer_id, commit)
 
     def _current_image(self):
         """ZooKeeper's image, with what peers know of leaderships moved while it is out of reach."""
@@ -172,10 +185,13 @@ class Worker:
             cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
-                        self.config["offsets.topic.num.partitions"])
+                        self.config["offsets.topic.num.partitions"],
+                        self.config["transaction.state.log.num.partitions"])
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
-                                 groups=self.groups, cluster=cluster, producer_ids=producer_ids,
-                                 partition_offsets=self.memory.partitions.reader())
+                                 groups=self.groups, transactions=self.transactions, cluster=cluster,
+                                 producer_ids=producer_ids, partition_offsets=self.memory.partitions.reader())
+        if self.transactions is not None:
+            self.transactions.attach(owners, self.ctx.producer_ids)
         if self.link is not None:
             self._on_image()
             self.link.publish_to(self._on_image, self._on_session)
@@ -185,6 +201,8 @@ class Worker:
         self.endpoint.start()
         self.endpoint.send(Kind.READY)
         self.groups.start()
+        if self.transactions is not None:
+            self.transactions.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
         gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.groups, self.connections))
@@ -288,6 +306,8 @@ class Worker:
             return
         self.draining = True
         self.groups.close()  # answers waiting joins, so connections can finish
+        if self.transactions is not None:
+            self.transactions.close()  # decided transactions are finished by the next start
         await self._close_connections()
         self.drained = True
         if report:

@@ -21,7 +21,8 @@ import logging
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
-from hpbroker.records import Record, encode_batch, iter_batches
+from hpbroker.records import CorruptRecordError, Record, encode_batch, iter_batches
+from hpbroker.records.control import parse_control_record
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
 from hpbroker.storage import OffsetOutOfRangeError
@@ -52,6 +53,7 @@ from hpbroker.workers.owner_calls import (
     PartitionError,
     SyncGroup,
     SyncResult,
+    TxnOffsetCommit,
     WaitReplicated,
 )
 from hpbroker.workers.topics import TopicError
@@ -149,10 +151,16 @@ class GroupCoordinator:
                 continue
             before = offset
             for batch in iter_batches(data, allow_partial_tail=True):
-                if not batch.header.is_control:
+                header = batch.header
+                if header.is_control:
+                    self._replay_marker(batch, p)
+                elif header.is_transactional:
+                    for record in batch.records:
+                        self._apply_pending(header.producer_id, record.key, record.value)
+                else:
                     for record in batch.records:
                         self._apply(record.key, record.value, metadata)
-                offset = batch.header.next_offset
+                offset = header.next_offset
             if offset <= before:
                 break
             yield
@@ -179,6 +187,31 @@ class GroupCoordinator:
                 self.offsets.put(k.group, k.topic, k.partition, R.decode_offset_value(value))
         elif isinstance(k, R.GroupKey):
             metadata[k.group] = None if value is None else R.decode_group_value(value)
+
+    def _apply_pending(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+        """An offset a transaction committed: pending until the transaction's marker."""
+        if key is None or value is None:
+            return
+        k = R.decode_key(key)
+        if isinstance(k, R.OffsetKey):
+            self.offsets.put_pending(producer_id, k.group, k.topic, k.partition, R.decode_offset_value(value))
+
+    def _replay_marker(self, batch, p: int) -> None:
+        try:
+            marker = parse_control_record(batch.records[0])
+        except (CorruptRecordError, IndexError) as exc:
+            log.warning("%s-%d: an unreadable marker at offset %d: %s", OFFSETS_TOPIC, p, batch.header.base_offset,
+                        exc)
+            return
+        self.offsets.complete(batch.header.producer_id, marker.is_commit, self._in_partition(p))
+
+    def _in_partition(self, p: int):
+        return lambda group: group_partition(group, self.offsets_partitions) == p
+
+    def transaction_ended(self, p: int, producer_id: int, commit: bool) -> None:
+        """A marker was written to offsets partition ``p``: the offsets the
+        producer's transaction committed to its groups take effect, or go."""
+        self.offsets.complete(producer_id, commit, self._in_partition(p))
 
     def _check(self, group_id, allow_empty: bool = False) -> ErrorCode:
         """None-error when this worker coordinates ``group_id`` and has it loaded.
@@ -230,6 +263,7 @@ class GroupCoordinator:
             self.groups.pop(group_id).close(DEAD)
         for group_id in [g for g in self.offsets.groups() if group_partition(g, self.offsets_partitions) == p]:
             self.offsets.drop_group(group_id)
+        self.offsets.drop_pending(self._in_partition(p))
         if leading:
             log.info("coordinating the groups of %s-%d", OFFSETS_TOPIC, p)
 
@@ -285,7 +319,7 @@ class GroupCoordinator:
         return {JoinGroup: self.join_group, SyncGroup: self.sync_group, Heartbeat: self.heartbeat,
                 LeaveGroup: self.leave_group, DescribeGroup: self.describe_group, ListGroups: self.list_groups,
                 DeleteGroup: self.delete_group, OffsetCommit: self.offset_commit, OffsetFetch: self.offset_fetch,
-                OffsetDelete: self.offset_delete}
+                OffsetDelete: self.offset_delete, TxnOffsetCommit: self.txn_offset_commit}
 
     # --- membership ---------------------------------------------------------------------
     async def join_group(self, call: JoinGroup) -> JoinResult:
@@ -400,6 +434,50 @@ class GroupCoordinator:
         group.touch(call.member_id)
         return CommittedOffsets(ErrorCode.none, results)
 
+    async def txn_offset_commit(self, call: TxnOffsetCommit) -> CommittedOffsets:
+        """Offsets committed inside a transaction (``send_offsets_to_transaction``):
+        appended as the producer's transactional batch, and pending until the
+        transaction's marker reaches this offsets partition.  A member id and
+        generation, when given (KIP-447), must be the group's current ones."""
+        group_id = call.group_id
+        error = self._check(group_id)
+        group = self.groups.get(group_id)
+        if error == ErrorCode.none and group is not None and call.generation >= 0:
+            error = group.check_member(call.member_id, call.instance_id, call.generation)
+        if error != ErrorCode.none:
+            return call.unanswered(error)
+        ts = now_ms()
+        results, records, values = [], [], []
+        for topic, partition, offset, epoch, metadata in call.partitions:
+            metadata = metadata or ""
+            if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                results.append(PartitionError(topic, partition, ErrorCode.offset_metadata_too_large))
+                continue
+            value = R.OffsetValue(offset, epoch, metadata, ts)
+            records.append(Record(len(records), ts, R.encode_offset_key(group_id, topic, partition),
+                                  R.encode_offset_value(value)))
+            values.append((topic, partition, value))
+            results.append(PartitionError(topic, partition, ErrorCode.none))
+        if records:
+            batch = encode_batch(records, producer_id=call.producer_id, producer_epoch=call.producer_epoch,
+                                 transactional=True)
+            p = group_partition(group_id, self.offsets_partitions)
+            appended = self.partitions.append_local(OFFSETS_TOPIC, p, bytearray(batch))
+            error = appended.error
+            if error == ErrorCode.none:
+                error = await self._replicated(group_id, appended.end_offset)
+            elif error == ErrorCode.not_leader_or_follower:
+                error = ErrorCode.not_coordinator
+            elif error not in (ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state):
+                self._problems.log(logging.WARNING, ("txn append", error), "appending transactional offsets to %s "
+                                   "for group %r failed with error %d", OFFSETS_TOPIC, group_id, error)
+                error = ErrorCode.coordinator_not_available
+            if error != ErrorCode.none:
+                return call.unanswered(error)
+            for topic, partition, value in values:
+                self.offsets.put_pending(call.producer_id, group_id, topic, partition, value)
+        return CommittedOffsets(ErrorCode.none, results)
+
     @staticmethod
     def _commit_allowed(group, generation, member_id, instance_id, api_version) -> ErrorCode:
         if group is None:
@@ -417,8 +495,9 @@ class GroupCoordinator:
 
     def offset_fetch(self, call: OffsetFetch) -> FetchedOffsets:
         """Every committed offset of the group, or those asked about (-1 when none).
-        ``require_stable`` waits on pending transactional commits, which this
-        broker does not have yet, so every offset is stable."""
+        With ``require_stable`` (KIP-447), a partition whose offset a
+        transaction committed and has not ended yet answers
+        UNSTABLE_OFFSET_COMMIT, which clients retry."""
         group_id = call.group_id
         error = self._check(group_id, allow_empty=True)
         if error != ErrorCode.none:
@@ -431,8 +510,11 @@ class GroupCoordinator:
         for topic, partitions in call.topics:
             for p in partitions:
                 v = self.offsets.get(group_id, topic, p)
-                rows.append(FetchedOffset(topic, p) if v is None else
-                            FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
+                if call.require_stable and self.offsets.is_pending(group_id, topic, p):
+                    rows.append(FetchedOffset(topic, p, error=ErrorCode.unstable_offset_commit))
+                else:
+                    rows.append(FetchedOffset(topic, p) if v is None else
+                                FetchedOffset(topic, p, v.offset, v.leader_epoch, v.metadata))
         return FetchedOffsets(ErrorCode.none, rows)
 
     def offset_delete(self, call: OffsetDelete) -> CommittedOffsets:

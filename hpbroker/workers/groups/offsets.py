@@ -16,6 +16,40 @@ from hpbroker.workers.groups.records import OffsetValue
 class OffsetStore:
     def __init__(self):
         self._groups: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        # offsets committed inside transactions, by producer id, until their marker:
+        # (group, topic, partition) -> value; applied on COMMIT, dropped on ABORT
+        self._pending: dict[int, dict[tuple[str, str, int], OffsetValue]] = {}
+
+    def put_pending(self, producer_id: int, group: str, topic: str, partition: int, value: OffsetValue) -> None:
+        self._pending.setdefault(producer_id, {})[(group, topic, partition)] = value
+
+    def complete(self, producer_id: int, commit: bool, here=lambda group: True) -> int:
+        """A transaction's marker: its pending offsets of the groups ``here``
+        selects (those of the marker's offsets partition) take effect, or are
+        dropped; returns how many took effect."""
+        pending = self._pending.get(producer_id)
+        if not pending:
+            return 0
+        done = [key for key in pending if here(key[0])]
+        for key in done:
+            value = pending.pop(key)
+            if commit:
+                self.put(*key, value)
+        if not pending:
+            del self._pending[producer_id]
+        return len(done) if commit else 0
+
+    def is_pending(self, group: str, topic: str, partition: int) -> bool:
+        return any((group, topic, partition) in offsets for offsets in self._pending.values())
+
+    def drop_pending(self, here) -> None:
+        """Forget the pending offsets of the groups ``here`` selects (their partition moved)."""
+        for producer_id in list(self._pending):
+            offsets = self._pending[producer_id]
+            for key in [k for k in offsets if here(k[0])]:
+                del offsets[key]
+            if not offsets:
+                del self._pending[producer_id]
 
     def put(self, group: str, topic: str, partition: int, value: OffsetValue) -> None:
         self._groups.setdefault(group, {})[(topic, partition)] = value

@@ -6,6 +6,8 @@ Produce with acks=0).  ``ROUTES`` maps api keys to them.
 """
 
 from hpbroker.workers.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -19,7 +21,9 @@ from hpbroker.workers.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -29,6 +33,7 @@ from hpbroker.workers.handlers import (
     list_groups,
     list_offsets,
     list_partition_reassignments,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -36,13 +41,15 @@ from hpbroker.workers.handlers import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 
-_MODULES = (alter_partition_reassignments, api_versions, create_partitions, create_topics, delete_groups,
-            delete_records, delete_topics, describe_cluster, describe_configs, describe_groups, describe_log_dirs,
-            describe_producers, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group,
-            leave_group, list_groups, list_offsets, list_partition_reassignments, metadata, offset_commit,
-            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group)
+_MODULES = (add_offsets_to_txn, add_partitions_to_txn, alter_partition_reassignments, api_versions,
+            create_partitions, create_topics, delete_groups, delete_records, delete_topics, describe_cluster,
+            describe_configs, describe_groups, describe_log_dirs, describe_producers, describe_transactions,
+            elect_leaders, end_txn, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
+            list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata, offset_commit,
+            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit)
 ROUTES = {module.API_KEY: module.handle for module in _MODULES}
 ROUTES[alter_configs.ALTER_CONFIGS] = alter_configs.handle_alter_configs
 ROUTES[alter_configs.INCREMENTAL_ALTER_CONFIGS] = alter_configs.handle_incremental_alter_configs

@@ -1,16 +1,19 @@
 """InitProducerId (22): a producer id and epoch for an idempotent producer.
 
 A producer that sends its current id and epoch (v3+, KIP-360) gets the epoch
-bumped, so it can reset its sequences without losing its id.  Transactional
-ids need the transaction coordinator, which is not here yet: they fail fast,
-as FindCoordinator explains.
+bumped, so it can reset its sequences without losing its id.  A
+transactional id's producer id and epoch come from its transaction
+coordinator, which fences the previous instance (standalone only, as
+FindCoordinator explains).
 """
 
 import logging
 
 from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
+from hpbroker.workers.handlers.txn_common import for_version
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.owner_calls import InitTxnProducer
 
 API_KEY = 22
 log = logging.getLogger(__name__)
@@ -20,8 +23,15 @@ _MAX_EPOCH = 32767
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     if request.transactional_id is not None:
+        if ctx.transactions is None:
+            return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                        error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+        got = await ctx.owners.ask(InitTxnProducer(
+            request.transactional_id, int(request.transaction_timeout.total_seconds() * 1000),
+            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)))
         return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+                    error_code=for_version(got.error, API_KEY, header.api_version), producer_id=got.producer_id,
+                    producer_epoch=got.producer_epoch)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < _MAX_EPOCH - 1:

@@ -2,23 +2,32 @@
 them (single writer); the answers come back in the client's order, written
 straight to the wire (``protocol/produce_response.py``).  An acks=all answer
 that must wait for the replicas is owed (``Later``): the connection handles
-the producer's next request meanwhile."""
+the producer's next request meanwhile.
+
+A transactional batch that would open its producer's transaction on a
+partition is held by the owner until the transaction coordinator confirms
+the partition was added to the ongoing transaction (KIP-890 part 1): then a
+produce delayed past its transaction's end cannot open a new one that nobody
+will ever end."""
 
 import logging
+import struct
 
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import produce_response
 from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.handlers.per_partition import ask_each
-from hpbroker.workers.owner_calls import Append, AppendResult, WaitReplicated
+from hpbroker.workers.owner_calls import AddTxnPartitions, Append, AppendResult, WaitReplicated
 
 API_KEY = 0
 log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
+_PRODUCER = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
+_PRODUCER_AT = 43
 
 
-async def _append_all(ctx, work, acks: int) -> list:
+async def _append_all(ctx, work, acks: int, transactional_id: str | None) -> list:
     """Append each partition's batches through its owner, one call per owner
     (the owner checks leadership and, for acks=all, min.insync.replicas)."""
     results = [AppendResult(ErrorCode.corrupt_message, message="no records")] * len(work)
@@ -27,7 +36,39 @@ async def _append_all(ctx, work, acks: int) -> list:
                              lambda topic, partition, records: Append(topic, partition, records, acks))
     for i, answer in zip(sent, answers):
         results[i] = answer
+    if any(r.verify for r in answers):
+        await _verified(ctx, work, results, acks, transactional_id)
     return results
+
+
+async def _verified(ctx, work, results, acks: int, transactional_id: str | None) -> None:
+    """KIP-890: the partitions whose owner holds a transactional batch until the
+    coordinator confirms the partition is in the producer's ongoing
+    transaction are asked about in one call, and appended again under the
+    guard they were given; the others answer the coordinator's error."""
+    waiting = [i for i, r in enumerate(results) if r.verify]
+    first = work[waiting[0]][2]
+    producer_id, epoch = _PRODUCER.unpack_from(first, _PRODUCER_AT)
+    if transactional_id is None:
+        for i in waiting:
+            results[i] = AppendResult(ErrorCode.invalid_txn_state, message="a transactional batch in a produce "
+                                      "request without a transactional id")
+        return
+    verdict = await ctx.owners.ask(AddTxnPartitions(transactional_id, producer_id, epoch,
+                                                    [(work[i][0], work[i][1]) for i in waiting], verify_only=True))
+    errors = {(p.topic, p.partition): p.error for p in verdict.partitions}
+    retry = []
+    for i in waiting:
+        error = errors.get((work[i][0], work[i][1]), verdict.error)
+        if error == ErrorCode.none:
+            retry.append(i)
+        else:
+            results[i] = AppendResult(error, message=f"the coordinator of {transactional_id!r} does not have "
+                                                     f"this partition in an ongoing transaction")
+    answers = await ctx.owners.ask_all([Append(work[i][0], work[i][1], work[i][2], acks, verified=results[i].verify)
+                                        for i in retry])
+    for i, answer in zip(retry, answers):
+        results[i] = answer
 
 
 async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
@@ -56,7 +97,7 @@ async def handle(ctx, header, request):
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     else:
-        results = await _append_all(ctx, work, acks)
+        results = await _append_all(ctx, work, acks, getattr(request, "transactional_id", None))
         if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
             # appended: the next request may be handled while this one waits for the replicas
             return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
