@@ -70,6 +70,11 @@ def read_records(log: Log, start: int | None = None) -> list[tuple[int, bytes, b
     return [(r.offset, r.key, r.value) for b in read_batches(log, start) for r in b.records if r.offset >= first]
 
 
+def data_records(log: Log) -> list[tuple[int, bytes, bytes | None]]:
+    """``read_records`` without the transaction markers."""
+    return [(r.offset, r.key, r.value) for b in read_batches(log) if not b.header.is_control for r in b.records]
+
+
 def check_indexes(log: Log) -> None:
     """Each segment's ``.index``/``.timeindex`` equal what recovery rebuilds from the ``.log``."""
     for segment in log.segments[:-1]:
@@ -192,7 +197,11 @@ def test_tombstones_survive_until_the_delete_horizon(tmp_path):
     log.close()
 
 
-def test_control_batches_live_as_long_as_tombstones(tmp_path):
+def test_a_marker_lives_while_its_transaction_keeps_data_then_as_long_as_tombstones(tmp_path):
+    """Kafka's rule: a COMMIT marker whose transaction still has records before
+    it stays (a replay from the log start would find that transaction open
+    forever without it); once they are compacted away it goes with the first
+    pass after its delete horizon."""
     from hpbroker.records import encode_control_batch
     from hpbroker.storage.log import ORIGIN_COORDINATOR
 
@@ -206,9 +215,46 @@ def test_control_batches_live_as_long_as_tombstones(tmp_path):
     control = [b for b in read_batches(log) if b.header.is_control]
     assert len(control) == 1 and control[0].header.has_delete_horizon
     cleaner.clean_log(log, T0 + 1000)
-    assert not [b for b in read_batches(log) if b.header.is_control]
-    assert read_records(log) == [(0, b"a", b"1"), (2, b"b", b"2")]
+    assert len([b for b in read_batches(log) if b.header.is_control]) == 1  # "a" is still its transaction's
+    assert data_records(log) == [(0, b"a", b"1"), (2, b"b", b"2")]
+
+    log.append(keyed([(b"a", b"3")]))  # supersedes the transaction's only record
+    log.roll()
+    cleaner.clean_log(log, T0 + 1000)
+    batches = read_batches(log)
+    assert not [b for b in batches if b.header.is_control]
+    emptied = batches[0]  # the producer's header stays, holding no transaction any more
+    assert emptied.header.producer_id == 7 and not emptied.records and not emptied.header.is_transactional
+    assert data_records(log) == [(2, b"b", b"2"), (3, b"a", b"3")]
     log.close()
+
+
+def test_an_aborted_transaction_is_dropped_and_shadows_nothing(tmp_path):
+    """Kafka's cleaner removes aborted records, and never lets one decide which
+    record of its key is the latest: the committed value before it survives."""
+    from hpbroker.records import encode_control_batch
+    from hpbroker.storage.log import ORIGIN_COORDINATOR
+
+    log = open_log(tmp_path / "c-0", compact_config(delete_retention_ms=1000))
+    log.append(keyed([(b"k", b"committed")]))
+    log.append(keyed([(b"k", b"aborted"), (b"x", b"aborted")], producer_id=9, producer_epoch=0, base_sequence=0,
+                     transactional=True))
+    log.append(encode_control_batch(0, producer_id=9, producer_epoch=0, coordinator_epoch=0, timestamp=T0),
+               origin=ORIGIN_COORDINATOR)
+    log.append(keyed([(b"y", b"after")]))
+    log.roll()
+    assert log.aborted_transactions(0, log.high_watermark)
+    cleaner.clean_log(log, T0)
+    assert data_records(log) == [(0, b"k", b"committed"), (4, b"y", b"after")]
+    # the abort marker holds no data of its transaction any more: it goes after its horizon
+    assert len([b for b in read_batches(log) if b.header.is_control]) == 1
+    cleaner.clean_log(log, T0 + 1000)
+    assert not [b for b in read_batches(log) if b.header.is_control]
+    assert data_records(log) == [(0, b"k", b"committed"), (4, b"y", b"after")]
+    log.close()
+    reopened = open_log(tmp_path / "c-0", compact_config(delete_retention_ms=1000))
+    assert reopened.last_stable_offset == reopened.high_watermark  # nothing left open by the cleaning
+    reopened.close()
 
 
 def test_an_idempotent_batch_that_loses_all_records_stays_as_an_empty_batch(tmp_path):

@@ -24,9 +24,21 @@ horizon.  Each batch then gets a ``Verdict``:
   ``.swap`` file knows exactly which segments it replaces;
 * ``DROP``: nothing of it stays.
 
-Legacy (v0/v1) batches are copied, never compacted.  Aborted transactional
-records are compacted like committed ones (Kafka drops them), and control
-batches simply live as long as tombstones.
+Legacy (v0/v1) batches are copied, never compacted.
+
+Transactions, as Kafka's cleaner treats them (``AbortedTransactions`` says
+which batches were aborted, from the segments' ``.txnindex``):
+
+* an aborted transaction's data batches go whole (the pass's offset map
+  never saw their keys either, so they shadow nothing); the last batch of a
+  group stays as an empty header without its transactional bit;
+* an empty header left of any data batch loses its transactional bit, so a
+  recovery replaying it opens no transaction;
+* a marker goes once its delete horizon passed and nothing of its
+  transaction is left before it: otherwise a replay from the log start would
+  find the transaction's data open forever.  The walk over the pass's
+  batches, in offset order, carries which producers' transactions still
+  hold data (``BatchFilter`` is used for one pass, group after group).
 """
 
 import struct
@@ -45,8 +57,34 @@ from hpbroker.storage.record_columns import BatchRecords, decode
 
 _HEADER = layout.BATCH_HEADER_SIZE
 _I16, _I32, _I64, _U32 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">I")
-# Attribute bits an empty batch keeps (Kafka's writeEmptyHeader: no codec, no horizon).
+# Attribute bits an empty batch keeps (Kafka's writeEmptyHeader: no codec, no horizon); an
+# empty data batch also loses its transactional bit (it holds nothing of a transaction)
 _EMPTY_KEEPS = layout.TIMESTAMP_TYPE_BIT | layout.TRANSACTIONAL_BIT | layout.CONTROL_BIT
+_EMPTY_DATA_KEEPS = layout.TIMESTAMP_TYPE_BIT
+
+
+class AbortedTransactions:
+    """Which data batches belong to aborted transactions: a producer's batch
+    with a base offset between an abort's first offset and its marker."""
+
+    def __init__(self, aborted=()):
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for a in aborted:
+            self._by_producer.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+
+    def of(self, scan) -> np.ndarray:
+        """Per batch of ``scan``: it is an aborted transaction's data batch."""
+        found = np.zeros(len(scan.position), bool)
+        if not self._by_producer:
+            return found
+        transactional = np.flatnonzero(((scan.attributes & layout.TRANSACTIONAL_BIT) != 0)
+                                       & ((scan.attributes & layout.CONTROL_BIT) == 0) & (scan.magic == 2))
+        pids, bases = scan.producer_id[transactional].tolist(), scan.base_offset[transactional].tolist()
+        for i, pid, base in zip(transactional.tolist(), pids, bases):
+            ranges = self._by_producer.get(pid)
+            if ranges and any(first <= base <= last for first, last in ranges):
+                found[i] = True
+        return found
 
 
 class Verdict(Enum):
@@ -186,10 +224,14 @@ class _Output:
 class BatchFilter:
     """Filters the segments of one pass, against its offset map and clock."""
 
-    def __init__(self, offset_map: OffsetMap, now: int, delete_retention_ms: int):
+    def __init__(self, offset_map: OffsetMap, now: int, delete_retention_ms: int,
+                 aborted: AbortedTransactions | None = None):
         self.offset_map = offset_map
         self.now = now
         self.new_horizon = now + delete_retention_ms
+        self.aborted = aborted or AbortedTransactions()
+        # producers whose transaction, as the walk has seen it so far, keeps data: its marker stays
+        self._holding_data: set[int] = set()
 
     def filter(self, view: np.ndarray, scan, keep_last: bool) -> FilteredSegment:
         """The kept batches of the segment ``view`` (scanned as ``scan``);
@@ -197,6 +239,7 @@ class BatchFilter:
         nb = len(scan.position)
         has_horizon = (scan.attributes & layout.DELETE_HORIZON_BIT) != 0
         retain_deletes = ~has_horizon | (self.now < scan.base_timestamp)
+        aborted = self.aborted.of(scan)
         kept = np.zeros(nb, np.int64)
         kept_tombs = np.zeros(nb, np.int64)
         rows_of: dict[int, BatchRows] = {}
@@ -204,7 +247,7 @@ class BatchFilter:
         for records in decode(view, scan, data_batches(scan)):
             h1, h2, keyed = records.key_hashes()
             c = records.columns
-            latest = keyed & (c.offset >= self.offset_map.get(h1, h2, keyed))
+            latest = keyed & (c.offset >= self.offset_map.get(h1, h2, keyed)) & ~aborted[records.batch_of_row]
             tomb = c.value_length < 0
             keep = latest & (~tomb | retain_deletes[records.batch_of_row])
             kept += np.bincount(records.batch_of_row, keep, nb).astype(np.int64)
@@ -221,10 +264,11 @@ class BatchFilter:
         facts = zip(scan.magic.tolist(), is_control.tolist(), has_horizon.tolist(), scan.base_timestamp.tolist(),
                     scan.record_count.tolist(), scan.producer_id.tolist(), kept.tolist(), kept_tombs.tolist())
         columns = zip(scan.position.tolist(), scan.size.tolist(), scan.last_offset.tolist(),
-                      scan.max_timestamp.tolist(), scan.attributes.tolist())
-        for b, (fields, (position, size, last_offset, max_timestamp, attributes)) in enumerate(zip(facts, columns)):
+                      scan.max_timestamp.tolist(), scan.attributes.tolist(), aborted.tolist())
+        for b, (fields, (position, size, last_offset, max_timestamp, attributes, was_aborted)) in enumerate(
+                zip(facts, columns)):
             batch = BatchFacts(*fields)
-            v = verdict(batch, self.now, keep_last and b == nb - 1)
+            v = self._transactional_verdict(batch, attributes, was_aborted, keep_last and b == nb - 1)
             if v is Verdict.COPY:
                 out.copy(position, size, last_offset, max_timestamp)
                 horizon = max(horizon, batch.kept_horizon)
@@ -243,12 +287,31 @@ class BatchFilter:
         return FilteredSegment(kept_batches, changed or (kept_batches is None and nb > 0), horizon,
                                int(kept.sum()), tombstones_removed, empty_batches)
 
+    def _transactional_verdict(self, batch: BatchFacts, attributes: int, was_aborted: bool,
+                               keep_empty: bool) -> Verdict:
+        """``verdict``, with what transactions add: an aborted batch goes, and a
+        marker stays while its transaction keeps data before it."""
+        if batch.magic != 2 or batch.producer_id < 0:
+            return verdict(batch, self.now, keep_empty)
+        if batch.is_control:
+            holds_data = batch.producer_id in self._holding_data
+            self._holding_data.discard(batch.producer_id)
+            if holds_data:
+                return Verdict.COPY if batch.has_delete_horizon else Verdict.HORIZON
+            return verdict(batch, self.now, keep_empty)
+        if was_aborted:
+            return Verdict.EMPTY if keep_empty else Verdict.DROP
+        v = verdict(batch, self.now, keep_empty)
+        if attributes & layout.TRANSACTIONAL_BIT and batch.kept and v is not Verdict.DROP:
+            self._holding_data.add(batch.producer_id)
+        return v
+
 
 def empty_batch(view, pos: int) -> bytes:
     """The batch's header alone, recordCount 0 (Kafka's writeEmptyHeader)."""
     data = bytearray(view[pos : pos + _HEADER].tobytes())
     (attrs,) = _I16.unpack_from(data, layout.ATTRIBUTES)
-    _I16.pack_into(data, layout.ATTRIBUTES, attrs & _EMPTY_KEEPS)
+    _I16.pack_into(data, layout.ATTRIBUTES, attrs & (_EMPTY_KEEPS if attrs & layout.CONTROL_BIT else _EMPTY_DATA_KEEPS))
     max_ts = _I64.unpack_from(data, layout.MAX_TIMESTAMP)[0]
     _I64.pack_into(data, layout.BASE_TIMESTAMP, max_ts)
     _I32.pack_into(data, layout.BATCH_LENGTH, _HEADER - layout.LOG_OVERHEAD)

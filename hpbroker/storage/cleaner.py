@@ -43,7 +43,7 @@ from hpbroker.kernels import scan_batches
 from hpbroker.kernels.batch_scan import STOP_END
 from hpbroker.records.batch_columns import data_batches
 from hpbroker.storage import checkpoints, filenames
-from hpbroker.storage.batch_filter import BatchFilter, FilteredSegment
+from hpbroker.storage.batch_filter import AbortedTransactions, BatchFilter, FilteredSegment
 from hpbroker.storage.cleaner_plan import group_by_size, plan
 from hpbroker.storage.errors import CorruptBatchError
 from hpbroker.storage.offset_map import OffsetMap
@@ -105,6 +105,7 @@ class Cleaner:
         self.max_bytes = max_bytes
         self.result = CleanResult()
         self._verified: set[int] = set()  # segments whose CRCs the map building checked
+        self._aborted = AbortedTransactions()
 
     def run(self) -> CleanResult:
         p = plan(self.log, self.now)
@@ -112,9 +113,10 @@ class Cleaner:
             return self.result
         segments = [s for s in self.log.segments[:-1] if s.base_offset < p.first_uncleanable_offset]
         offset_map = OffsetMap(self.config.cleaner_dedupe_buffer_size)
+        self._aborted = AbortedTransactions(e for s in self.log.segments for e in s.txn_index.entries)
         end = self._build_map(offset_map, segments, p.first_dirty_offset, p.first_uncleanable_offset)
         self.result.first_dirty_offset = p.first_dirty_offset
-        batch_filter = BatchFilter(offset_map, self.now, self.config.delete_retention_ms)
+        batch_filter = BatchFilter(offset_map, self.now, self.config.delete_retention_ms, self._aborted)
         to_clean = [s for s in segments if s.base_offset < end]
         horizon = -1
         for group in group_by_size(to_clean, self.config):
@@ -141,7 +143,9 @@ class Cleaner:
                 too_big = self.max_bytes is not None and indexed_bytes + s.size > self.max_bytes
                 if too_big or not offset_map.can_take(int(scan.record_count.sum())):
                     break
-            for records in decode(view, scan, data_batches(scan)):
+            which = data_batches(scan)
+            which = which[~self._aborted.of(scan)[which]]  # an aborted record shadows nothing
+            for records in decode(view, scan, which):
                 h1, h2, keyed = records.key_hashes()
                 offsets = records.columns.offset
                 offset_map.put(h1, h2, offsets, keyed & (offsets >= first_dirty))
