@@ -81,12 +81,16 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     22: (0, 4),
     # OffsetForLeaderEpoch: Kafka 4's floor 2; librdkafka validates positions with it.
     23: (2, 4),
-    # AddPartitionsToTxn: v0-v3 are the clients' (one transaction each); v4+ are
-    # broker-to-broker batches. AddOffsetsToTxn, EndTxn, TxnOffsetCommit: up to
-    # the versions before transaction-v2 (KIP-890 part 2), as InitProducerId.
-    24: (0, 3),
+    # AddPartitionsToTxn: v0-v3 are the clients' (one transaction each; librdkafka
+    # sends 0, kafka-python at most 3); v4 is what a broker sends another to verify
+    # a transactional produce (KIP-890). AddOffsetsToTxn, EndTxn, TxnOffsetCommit:
+    # up to the versions before transaction-v2 (KIP-890 part 2), as InitProducerId.
+    24: (0, 4),
     25: (0, 3),
     26: (0, 4),
+    # WriteTxnMarkers: a coordinator's markers to a partition's leader (Kafka 4's
+    # floor 1; v2 carries the transaction version of KIP-890 part 2).
+    27: (1, 1),
     28: (0, 4),
     # DescribeConfigs: Kafka 4's floor 1.
     32: (1, 4),

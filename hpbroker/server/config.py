@@ -74,8 +74,8 @@ BROKER_KEYS = {
     "group.min.session.timeout.ms": (int, 6000),
     "group.max.session.timeout.ms": (int, 1800000),
     "transaction.state.log.num.partitions": (int, 50),
-    "transaction.state.log.replication.factor": (int, 1),
-    "transaction.state.log.min.isr": (int, 1),
+    "transaction.state.log.replication.factor": (int, 3),  # capped by the live brokers, as the offsets topic's
+    "transaction.state.log.min.isr": (int, 2),  # capped by the topic's replication factor
     "transactional.id.expiration.ms": (int, 604800000),
     "transaction.max.timeout.ms": (int, 900000),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (int, 10000),

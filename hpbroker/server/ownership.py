@@ -12,6 +12,7 @@ hpbroker keeps every group in the partition it was written to.  A
 transactional id belongs to its ``__transaction_state`` partition the same way.
 """
 
+import functools
 import zlib
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -24,6 +25,7 @@ def partition_owner(topic: str, partition: int, workers: int) -> int:
     return (zlib.crc32(topic.encode()) + partition) % workers
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every group and transactional call hashes its id: a loop in Python
 def java_string_hash(text: str) -> int:
     """``String.hashCode()``: s[0]*31^(n-1) + ... over UTF-16 code units, in int32."""
     h = 0

@@ -22,7 +22,7 @@ from hpbroker.cluster.admin import AdminError
 from hpbroker.cluster.assignment import AssignmentError, assign_replicas, check_explicit
 from hpbroker.cluster.image import ClusterImage
 from hpbroker.errors import ErrorCode
-from hpbroker.server.ownership import OFFSETS_TOPIC
+from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from hpbroker.storage import checkpoints
 from hpbroker.storage.config import LogConfig
 from hpbroker.workers.topics import (
@@ -40,12 +40,16 @@ log = logging.getLogger(__name__)
 
 class ClusterTopics:
     def __init__(self, log_dirs: list[str], log_config: LogConfig, link, *, default_replication_factor: int,
-                 offsets_replication_factor: int):
+                 offsets_replication_factor: int, transaction_replication_factor: int = 3,
+                 transaction_min_isr: int = 2):
         self.log_dirs = log_dirs
         self.log_config = log_config
         self.link = link  # SharedLink: its ``admin`` makes the writes
         self.default_replication_factor = default_replication_factor
         self.offsets_replication_factor = offsets_replication_factor
+        # transaction.state.log.replication.factor / .min.isr, for __transaction_state
+        self.transaction_replication_factor = transaction_replication_factor
+        self.transaction_min_isr = transaction_min_isr
         self.image = ClusterImage()
         self.generation = 0
         self._topics: dict[str, TopicInfo] = {}
@@ -152,6 +156,8 @@ class ClusterTopics:
                 assignment = assign_replicas(brokers, partitions, factor)
             except AssignmentError as exc:
                 raise TopicError(ErrorCode.invalid_replication_factor, str(exc)) from None
+            if name == TRANSACTION_TOPIC:  # Kafka's: min.insync.replicas from the broker setting, within the factor
+                configs = {**configs, "min.insync.replicas": str(max(1, min(self.transaction_min_isr, factor)))}
         topic_id = checkpoints.new_kafka_uuid()
         info = TopicInfo(name, topic_id, len(assignment), configs)
         if validate_only:
@@ -167,11 +173,13 @@ class ClusterTopics:
         return info
 
     def _replication_factor(self, name: str, factor: int, live: int) -> int:
-        if name == OFFSETS_TOPIC:
-            wanted = self.offsets_replication_factor
+        if name in (OFFSETS_TOPIC, TRANSACTION_TOPIC):
+            wanted, setting = ((self.offsets_replication_factor, "offsets.topic.replication.factor")
+                               if name == OFFSETS_TOPIC else
+                               (self.transaction_replication_factor, "transaction.state.log.replication.factor"))
             if wanted > live:
-                log.warning("offsets.topic.replication.factor is %d but only %d broker(s) are live: creating %s "
-                            "with %d replica(s)", wanted, live, OFFSETS_TOPIC, max(live, 1))
+                log.warning("%s is %d but only %d broker(s) are live: creating %s with %d replica(s)", setting,
+                            wanted, live, name, max(live, 1))
             return max(1, min(wanted, live))
         return self.default_replication_factor if factor == -1 else factor
 

@@ -53,7 +53,7 @@ class StandaloneView:
         me = (self.me.broker_id,)
         return PartitionView(ErrorCode.none, self.me.broker_id, 0, me, me, ())
 
-    def coordinator(self, group: str, partitions: int) -> BrokerNode | None:
+    def coordinator(self, key: str, partitions: int, topic: str = OFFSETS_TOPIC) -> BrokerNode | None:
         return self.me
 
 
@@ -86,7 +86,9 @@ class ImageView:
             return PartitionView(ErrorCode.leader_not_available, NO_LEADER, epoch, replicas, isr, offline)
         return PartitionView(ErrorCode.none, state.leader, state.leader_epoch, replicas, tuple(state.isr), offline)
 
-    def coordinator(self, group: str, partitions: int) -> BrokerNode | None:
-        """The leader of the group's ``__consumer_offsets`` partition, if it has one."""
-        found = self.partition(OFFSETS_TOPIC, group_partition(group, partitions))
+    def coordinator(self, key: str, partitions: int, topic: str = OFFSETS_TOPIC) -> BrokerNode | None:
+        """The leader of the key's partition of ``topic`` (``__consumer_offsets``
+        for a group, ``__transaction_state`` for a transactional id, both hashed
+        alike), if it has one."""
+        found = self.partition(topic, group_partition(key, partitions))
         return None if found.error != ErrorCode.none else self.node(found.leader)

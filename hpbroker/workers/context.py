@@ -161,7 +161,7 @@ class WorkerContext:
         self.topics = topics
         self.owners = owners  # owners.Owners: ask the owner of a partition or a group
         self.groups = groups  # this worker's GroupCoordinator (FindCoordinator makes sure of its topic)
-        # this worker's TransactionCoordinator; None in cluster mode, which has none yet
+        # this worker's TransactionCoordinator (FindCoordinator makes sure of its topic)
         self.transactions = transactions
         self.segment_files = SegmentFiles()
         self.partition_dirs = PartitionDirs(topics.log_dirs)

@@ -280,14 +280,16 @@ class Append(_Call):
 
 
 class WriteMarker(_Call):
-    """A transaction's COMMIT or ABORT marker for one of its partitions, from its coordinator."""
+    """A transaction's COMMIT or ABORT marker for one of its partitions, from its
+    coordinator; answered where it went (``end_offset``: what a wait for its
+    replicas waits for)."""
     topic: str
     partition: int
     producer_id: int
     producer_epoch: int
     coordinator_epoch: int
     commit: bool
-    result: ClassVar = Done
+    result: ClassVar = AppendResult
 
 
 class Locate(_Call):

@@ -190,22 +190,32 @@ class Partitions:
             return AppendResult(found)
         return self._appended(found, found.append(records, 1, 1, origin=ORIGIN_COORDINATOR), 1)
 
-    def write_marker(self, call: WriteMarker) -> Done:
+    def write_marker(self, call: WriteMarker) -> AppendResult:
         """A transaction's marker on one partition; it ends the producer's
         verification guard here, and a marker on an offsets partition settles
         the offsets the transaction committed (``on_marker``)."""
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
-            return Done(found)
+            return AppendResult(found)
+        entry = found.log.producer_state.entry(call.producer_id)
+        if entry is not None and entry.coordinator_epoch > call.coordinator_epoch:
+            # a coordinator that has been succeeded (its state partition has a newer leader epoch)
+            return AppendResult(ErrorCode.transaction_coordinator_fenced,
+                                message=f"coordinator epoch {call.coordinator_epoch} is older than "
+                                        f"{entry.coordinator_epoch}")
         batch = encode_control_batch(COMMIT if call.commit else ABORT, producer_id=call.producer_id,
                                      producer_epoch=call.producer_epoch, coordinator_epoch=call.coordinator_epoch)
-        result = self._appended(found, found.append(bytearray(batch), 1, 1, origin=ORIGIN_COORDINATOR), 1)
+        # appended as acks=1, answered as acks=all: ``replicated`` says whether there is a wait left
+        result = self._appended(found, found.append(bytearray(batch), 1, 1, origin=ORIGIN_COORDINATOR), -1)
         if result.error != ErrorCode.none:
-            return Done(result.error)
+            return result
         found.txn_guards.pop(call.producer_id, None)
+        written = found.log.producer_state.entry(call.producer_id)
+        if written is not None:  # the marker's record holds it too; the log's replay does not read it
+            written.coordinator_epoch = max(written.coordinator_epoch, call.coordinator_epoch)
         if self.on_marker is not None:
             self.on_marker(call.topic, call.partition, call.producer_id, call.commit)
-        return Done(ErrorCode.none)
+        return result
 
     def _appended(self, found: Partition, result: AppendResult, acks: int) -> AppendResult:
         if result.error == ErrorCode.none:

@@ -28,6 +28,7 @@ from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
+from hpbroker.workers.broker_clients import BrokerClients
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
@@ -102,16 +103,16 @@ class Worker:
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
                                        fenced=self.partitions.in_doubt if in_cluster else None)
-        # transactions are coordinated standalone only for now (cluster mode refuses them)
-        self.transactions = None if in_cluster else TransactionCoordinator(self.partitions, self.topics, cfg,
-                                                                           self.index, self.workers)
+        self.transactions = TransactionCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
+                                                   leads=self.partitions.leads if in_cluster else None,
+                                                   fenced=self.partitions.in_doubt if in_cluster else None)
         self.partitions.on_marker = self._marker_written
         if self.replicas is not None:  # in_cluster
             self.replicas.changed = self.partitions.changed
             self.replicas.on_leadership = self._leadership_changed
         # what this worker answers, to its own handlers and to its peers alike
         self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers(),
-                                       **(self.transactions.handlers() if self.transactions is not None else {})})
+                                       **self.transactions.handlers()})
 
     def _join_cluster(self) -> None:
         """Cluster mode: the broker's ZooKeeper session as the acceptor lends it
@@ -122,7 +123,9 @@ class Worker:
         self.link = SharedLink(self.memory.board, self.index, self.broker_tag)
         self.topics = ClusterTopics(cfg.log_dirs, cfg.log, self.link,
                                     default_replication_factor=cfg["default.replication.factor"],
-                                    offsets_replication_factor=cfg["offsets.topic.replication.factor"])
+                                    offsets_replication_factor=cfg["offsets.topic.replication.factor"],
+                                    transaction_replication_factor=cfg["transaction.state.log.replication.factor"],
+                                    transaction_min_isr=cfg["transaction.state.log.min.isr"])
 
     def _replica_settings(self) -> ReplicaSettings:
         cfg = self.config
@@ -135,13 +138,20 @@ class Worker:
     def _leadership_changed(self, topic: str, partition: int, leading: bool) -> None:
         if topic == OFFSETS_TOPIC:
             self.groups.leadership_changed(partition, leading)
-        elif topic == TRANSACTION_TOPIC and self.transactions is not None:
+        elif topic == TRANSACTION_TOPIC:
             self.transactions.leadership_changed(partition, leading)
 
     def _marker_written(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction's marker on an offsets partition settles the offsets it committed there."""
         if topic == OFFSETS_TOPIC:
             self.groups.transaction_ended(partition, producer_id, commit)
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where another broker listens, as the cluster image has it."""
+        if self.link is None:
+            return None
+        found = self.ctx.cluster.node(broker_id)
+        return None if found is None else (found.host, found.port)
 
     def _current_image(self):
         """ZooKeeper's image, with what peers know of leaderships moved while it is out of reach."""
@@ -190,8 +200,9 @@ class Worker:
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
                                  producer_ids=producer_ids, partition_offsets=self.memory.partitions.reader())
-        if self.transactions is not None:
-            self.transactions.attach(owners, self.ctx.producer_ids)
+        self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
+        self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
+                                 self.config.broker_id)
         if self.link is not None:
             self._on_image()
             self.link.publish_to(self._on_image, self._on_session)
@@ -201,8 +212,7 @@ class Worker:
         self.endpoint.start()
         self.endpoint.send(Kind.READY)
         self.groups.start()
-        if self.transactions is not None:
-            self.transactions.start()
+        self.transactions.start()
         ticker = loop.create_task(self._tick())
         heartbeat = loop.create_task(self._heartbeat())
         gauges = loop.create_task(observe.gauges_forever(self.ctx, self.logs, self.groups, self.connections))
@@ -221,6 +231,7 @@ class Worker:
             self.peer_states.stop()
             await self.replicas.close()
             self.link.close()
+        self.broker_clients.close()
         self.peer_server.close()
         self.peers.close()
         self.ctx.segment_files.close()
@@ -306,8 +317,7 @@ class Worker:
             return
         self.draining = True
         self.groups.close()  # answers waiting joins, so connections can finish
-        if self.transactions is not None:
-            self.transactions.close()  # decided transactions are finished by the next start
+        self.transactions.close()  # decided transactions are finished by the next start
         await self._close_connections()
         self.drained = True
         if report:

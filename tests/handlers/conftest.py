@@ -3,7 +3,8 @@
 ``make_broker(overrides)`` assembles what ``Worker.boot()`` and ``serve()``
 wire in a worker, without sockets, forks or ZooKeeper: a temporary log dir,
 the ``TopicRegistry``, ``LogManager(...).open()``, ``Partitions``, the
-``GroupCoordinator``, a ``LocalOwner`` over both, ``Owners`` for one worker
+``GroupCoordinator`` and ``TransactionCoordinator``, a ``LocalOwner`` over
+them, ``Owners`` for one worker
 (no peers: every owner is this worker) and the ``WorkerContext``.  The
 harness owns one event loop; ``run(coro)`` runs a scenario on it, so group
 timers and purgatory waits live on the loop that answers them.
@@ -53,6 +54,7 @@ from hpbroker.protocol.schemas import API_VERSIONS, FETCH, LEGACY_PRODUCE_MAX, P
 from hpbroker.protocol.versions import unsupported_api_versions_response
 from hpbroker.records import Record, encode_batch, iter_batches
 from hpbroker.server.config import BrokerConfig
+from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
@@ -64,6 +66,7 @@ from hpbroker.workers.owners import LocalOwner, Owners
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.topics import TopicRegistry
+from hpbroker.workers.transactions import TransactionCoordinator
 
 CLUSTER_ID = "handlers-test-cluster"
 HOST, PORT = "127.0.0.1", 19092
@@ -287,16 +290,23 @@ class Harness:
                                config_for=self.topics.config_for, manage_root=False).open(clean_shutdown=True)
         self.partitions = Partitions(self.logs, self.topics, publisher=Publisher(self.memory.partitions.writer(0)))
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, 0, 1)
-        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers()})
-        owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"])
+        self.transactions = TransactionCoordinator(self.partitions, self.topics, cfg, 0, 1)
+        self.partitions.on_marker = lambda topic, p, producer_id, commit: (
+            self.groups.transaction_ended(p, producer_id, commit) if topic == OFFSETS_TOPIC else None)
+        self.local_owner = LocalOwner({**self.partitions.handlers(), **self.groups.handlers(),
+                                       **self.transactions.handlers()})
+        owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"],
+                        cfg["transaction.state.log.num.partitions"])
         listener = cfg.advertised
         self.identity = BrokerIdentity(cfg.broker_id, CLUSTER_ID, listener.host, listener.port)
         self.ctx = WorkerContext(cfg, 0, 1, self.identity, self.topics, owners, groups=self.groups,
-                                 partition_offsets=self.memory.partitions.reader())
+                                 transactions=self.transactions, partition_offsets=self.memory.partitions.reader())
+        self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster)
         self.run(self._started())
 
     async def _started(self) -> None:
         self.groups.start()  # arms its expiry timer on this loop
+        self.transactions.start()
 
     def run(self, coro):
         """Run ``coro`` (a scenario, or one call) on the harness's loop."""
@@ -387,6 +397,7 @@ class Harness:
 
     def close(self) -> None:
         self.groups.close()
+        self.transactions.close()
         pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
         for task in pending:
             task.cancel()

@@ -1,10 +1,11 @@
-"""FindCoordinator (10): this broker coordinates every group, the offsets topic
-is made on the first lookup, and transactions are refused at once."""
+"""FindCoordinator (10): this broker coordinates every group and every
+transactional id; the offsets and transaction state topics are made on the
+first lookup."""
 
 import pytest
 
 from hpbroker.errors import ErrorCode
-from hpbroker.server.ownership import OFFSETS_TOPIC
+from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from tests.handlers.conftest import FIND_COORDINATOR, HOST, OFFSETS_PARTITIONS, PORT, errors, request
 
 GROUP, TRANSACTION = 0, 1
@@ -40,11 +41,13 @@ def test_batched_keys(broker, version):
 
 
 @pytest.mark.parametrize("version", [1, 6])
-def test_transactions_are_refused_with_a_reason(broker, version):
+def test_a_transactional_ids_coordinator_is_this_broker(broker, version):
+    assert broker.topics.get(TRANSACTION_TOPIC) is None
     found = find(broker, version, "tx-1", "tx-2", key_type=TRANSACTION)
     for one in found if version >= 4 else [found]:
-        assert (one.error_code, one.node_id) == (ErrorCode.transactional_id_authorization_failed, -1)
-        assert "transactions" in one.error_message
+        assert (one.error_code, node(one)) == (ErrorCode.none, (0, HOST, PORT))
+    state = broker.topics.get(TRANSACTION_TOPIC)
+    assert state.partitions == 50 and state.configs["cleanup.policy"] == "compact"
 
 
 @pytest.mark.parametrize("version", [1, 4])

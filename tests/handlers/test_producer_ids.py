@@ -1,5 +1,6 @@
 """InitProducerId (22): ids for idempotent producers, epochs bumped on request
-(KIP-360), transactional ids refused; and an idempotent producer's sequences."""
+(KIP-360); and an idempotent producer's sequences.  Transactional ids are
+tests/handlers/test_transactions.py's."""
 
 import pytest
 
@@ -36,13 +37,6 @@ def test_a_known_producer_gets_its_epoch_bumped(broker):
     # at the last epoch the producer starts over with a new id
     exhausted = init_producer_id(broker, 4, producer_id=first.producer_id, producer_epoch=MAX_EPOCH - 1)
     assert exhausted.producer_id not in (-1, first.producer_id) and exhausted.producer_epoch == 0
-
-
-@pytest.mark.parametrize("version", [0, 4])
-def test_transactional_ids_are_refused(broker, version):
-    answer = init_producer_id(broker, version, transactional_id="tx-1")
-    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (
-        ErrorCode.transactional_id_authorization_failed, -1, -1)
 
 
 def test_an_idempotent_producers_sequences(broker):

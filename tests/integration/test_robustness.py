@@ -149,21 +149,6 @@ def test_a_fetch_response_stays_within_fetch_max_bytes(broker):
     assert got == len(values)
 
 
-# --- transactions ---------------------------------------------------------------------
-def test_transactional_producers_fail_fast_with_a_clear_error(broker):
-    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-ck"})
-    started = time.monotonic()
-    with pytest.raises(ck.KafkaException) as raised:
-        producer.init_transactions(30)
-    error = raised.value.args[0]
-    assert error.fatal() and "does not support transactions" in error.str()
-    assert time.monotonic() - started < 10
-    started = time.monotonic()
-    with pytest.raises(kafka.errors.TransactionalIdAuthorizationFailedError):
-        kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="tx-kp").init_transactions()
-    assert time.monotonic() - started < 10
-
-
 # --- fuzzed requests ------------------------------------------------------------------
 # Admin requests that create or delete for real: a mutant asking for 16 million
 # partitions is well formed, and would be obeyed as Kafka obeys it.

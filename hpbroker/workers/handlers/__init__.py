@@ -42,6 +42,7 @@ from hpbroker.workers.handlers import (
     produce,
     sync_group,
     txn_offset_commit,
+    write_txn_markers,
 )
 
 _MODULES = (add_offsets_to_txn, add_partitions_to_txn, alter_partition_reassignments, api_versions,
@@ -49,7 +50,8 @@ _MODULES = (add_offsets_to_txn, add_partitions_to_txn, alter_partition_reassignm
             describe_configs, describe_groups, describe_log_dirs, describe_producers, describe_transactions,
             elect_leaders, end_txn, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
             list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata, offset_commit,
-            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit)
+            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sync_group, txn_offset_commit,
+            write_txn_markers)
 ROUTES = {module.API_KEY: module.handle for module in _MODULES}
 ROUTES[alter_configs.ALTER_CONFIGS] = alter_configs.handle_alter_configs
 ROUTES[alter_configs.INCREMENTAL_ALTER_CONFIGS] = alter_configs.handle_incremental_alter_configs

@@ -3,7 +3,9 @@ is about to write before its first produce to each; its coordinator writes
 them into the ongoing transaction.  v0-v3 (what clients send) carry one
 transaction.  Partitions of unknown topics are answered
 UNKNOWN_TOPIC_OR_PARTITION and the rest OPERATION_NOT_ATTEMPTED, as Kafka
-does: nothing is added unless everything can be."""
+does: nothing is added unless everything can be.  v4 is what one broker
+sends another: several transactions in one request, for a produce's
+verification (KIP-890) with ``verify_only``."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.txn_common import for_version
@@ -15,6 +17,8 @@ API_KEY = 24
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
+    if hasattr(request, "transactions"):  # v4+: another broker's batch (a produce's verification)
+        return await _batched(ctx, m, request)
     wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
     unknown = {(t, p) for t, p in wanted if (info := ctx.topics.get(t)) is None or not 0 <= p < info.partitions}
@@ -32,3 +36,20 @@ async def handle(ctx, header, request):
             make(m.AddPartitionsToTxnPartitionResult, partition_index=p,
                  partition_error_code=errors.get((t.name, int(p)), ErrorCode.none)) for p in t.partitions))
         for t in request.v3_and_below_topics))
+
+
+async def _batched(ctx, m, request):
+    """v4+: several transactions, each added to or (``verify_only``) checked against."""
+    results = []
+    for txn in request.transactions:
+        partitions = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+        answer = await ctx.owners.ask(AddTxnPartitions(txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                                                       partitions, verify_only=bool(txn.verify_only)))
+        errors = {(r.topic, r.partition): r.error for r in answer.partitions}
+        results.append(make(m.AddPartitionsToTxnResult, transactional_id=txn.transactional_id, topic_results=tuple(
+            make(m.AddPartitionsToTxnTopicResult, name=t.name, results_by_partition=tuple(
+                make(m.AddPartitionsToTxnPartitionResult, partition_index=p,
+                     partition_error_code=errors.get((t.name, int(p)), answer.error)) for p in t.partitions))
+            for t in txn.topics)))
+    return make(m.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                results_by_transaction=tuple(results))

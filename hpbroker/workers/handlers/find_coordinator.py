@@ -2,33 +2,24 @@
 ``__consumer_offsets`` partition, a transactional id's the leader of its
 ``__transaction_state`` partition (standalone: this broker; the owning worker
 is found per request, inside the broker).  Each topic is created on the first
-lookup, as Kafka does.  v4+ batch the keys.
-
-In cluster mode there is no transaction coordinator yet (its markers would go
-to other brokers): transactional ids get TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-which librdkafka, kafka-python and the Java client all treat as fatal at
-once, with a message saying why, rather than a retriable error that would
-keep ``init_transactions()`` spinning until its timeout."""
+lookup, as Kafka does.  v4+ batch the keys."""
 
 from hpbroker.errors import ErrorCode
-from hpbroker.server.ownership import TRANSACTION_TOPIC
+from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
 GROUP, TRANSACTION = 0, 1
-TRANSACTIONS_UNSUPPORTED = "hpbroker does not support transactions in cluster mode yet (idempotent producers work)"
 
 
 async def _find(ctx, key_type: int, key: str):
     """(error, message, coordinator node or None) for one key."""
     if key_type == TRANSACTION:
-        if ctx.transactions is None:
-            return ErrorCode.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED, None
         if not key:
             return ErrorCode.invalid_request, "an empty transactional id", None
         if await ctx.transactions.ensure_topic() != ErrorCode.none:
             return ErrorCode.coordinator_not_available, f"{TRANSACTION_TOPIC} could not be created", None
-        node = ctx.cluster.coordinator(key, ctx.config["transaction.state.log.num.partitions"])
+        node = ctx.cluster.coordinator(key, ctx.config["transaction.state.log.num.partitions"], TRANSACTION_TOPIC)
         if node is None:
             return ErrorCode.coordinator_not_available, "the transaction state partition has no leader yet", None
         return ErrorCode.none, None, node
@@ -36,7 +27,7 @@ async def _find(ctx, key_type: int, key: str):
         return ErrorCode.invalid_request, f"unknown key type {key_type}", None
     if await ctx.groups.ensure_offsets_topic() != ErrorCode.none:
         return ErrorCode.coordinator_not_available, "the offsets topic could not be created", None
-    node = ctx.cluster.coordinator(key, ctx.config["offsets.topic.num.partitions"])
+    node = ctx.cluster.coordinator(key, ctx.config["offsets.topic.num.partitions"], OFFSETS_TOPIC)
     if node is None:
         return ErrorCode.coordinator_not_available, "the group's offsets partition has no leader yet", None
     return ErrorCode.none, None, node

@@ -3,8 +3,7 @@
 A producer that sends its current id and epoch (v3+, KIP-360) gets the epoch
 bumped, so it can reset its sequences without losing its id.  A
 transactional id's producer id and epoch come from its transaction
-coordinator, which fences the previous instance (standalone only, as
-FindCoordinator explains).
+coordinator, which fences the previous instance.
 """
 
 import logging
@@ -23,9 +22,6 @@ _MAX_EPOCH = 32767
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     if request.transactional_id is not None:
-        if ctx.transactions is None:
-            return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                        error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
         got = await ctx.owners.ask(InitTxnProducer(
             request.transactional_id, int(request.transaction_timeout.total_seconds() * 1000),
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)))

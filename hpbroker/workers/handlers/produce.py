@@ -19,12 +19,15 @@ from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.handlers.per_partition import ask_each
 from hpbroker.workers.owner_calls import AddTxnPartitions, Append, AppendResult, WaitReplicated
+from hpbroker.workers.transactions import markers
 
 API_KEY = 0
 log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
 _PRODUCER = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
 _PRODUCER_AT = 43
+_COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+                     ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
 
 
 async def _append_all(ctx, work, acks: int, transactional_id: str | None) -> list:
@@ -54,12 +57,19 @@ async def _verified(ctx, work, results, acks: int, transactional_id: str | None)
             results[i] = AppendResult(ErrorCode.invalid_txn_state, message="a transactional batch in a produce "
                                       "request without a transactional id")
         return
-    verdict = await ctx.owners.ask(AddTxnPartitions(transactional_id, producer_id, epoch,
-                                                    [(work[i][0], work[i][1]) for i in waiting], verify_only=True))
+    verdict = await markers.verify(ctx, AddTxnPartitions(transactional_id, producer_id, epoch,
+                                                         [(work[i][0], work[i][1]) for i in waiting],
+                                                         verify_only=True))
     errors = {(p.topic, p.partition): p.error for p in verdict.partitions}
     retry = []
     for i in waiting:
         error = errors.get((work[i][0], work[i][1]), verdict.error)
+        # the coordinator away or busy is retriable: a producer retries NOT_ENOUGH_REPLICAS, as Kafka answers
+        error = ErrorCode.not_enough_replicas if error in _COORDINATOR_AWAY else error
+        # a fenced producer's produce is told INVALID_PRODUCER_EPOCH, as Kafka answers it: clients abort on
+        # it and meet the fatal PRODUCER_FENCED at EndTxn (librdkafka takes a produce's PRODUCER_FENCED for
+        # abortable, aiokafka does not know it)
+        error = ErrorCode.invalid_producer_epoch if error == ErrorCode.producer_fenced else error
         if error == ErrorCode.none:
             retry.append(i)
         else:

@@ -53,7 +53,7 @@ from hpbroker.workers.owner_calls import (
     WriteMarker,
 )
 from hpbroker.workers.topics import TopicError
-from hpbroker.workers.transactions import records as R
+from hpbroker.workers.transactions import markers, records as R
 from hpbroker.workers.transactions.state import COMPLETE, MAX_EPOCH, PREPARING, TxnMetadata, TxnState
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self.owners = None  # owners.Owners: the markers go to each partition's owner (set by ``attach``)
         self.producer_ids = None  # the worker's producer id allocator (set by ``attach``)
+        self.cluster = None  # the cluster view: which broker leads a partition (set by ``attach``)
+        self.broker_clients = None  # BrokerClients in a cluster: markers to other brokers (set by ``attach``)
+        self.broker_id = -1
         self._creating: set[str] = set()
         self._loaded: set[int] = set()
         self._loading: set[int] = set()
@@ -90,9 +93,36 @@ class TransactionCoordinator:
         self._timer: asyncio.TimerHandle | None = None
         self._problems = Throttled(log)
 
-    def attach(self, owners, producer_ids) -> None:
+    def attach(self, owners, producer_ids, cluster=None, broker_clients=None, broker_id: int = -1) -> None:
         self.owners = owners
         self.producer_ids = producer_ids
+        self.cluster = cluster
+        self.broker_clients = broker_clients
+        self.broker_id = broker_id
+
+    def _in_cluster(self) -> bool:
+        return self.cluster is not None and not self.cluster.standalone
+
+    def coordinator_broker(self, transactional_id: str) -> int | None:
+        """Where the id's coordinator is: None for this broker, a broker id, or
+        -1 when its state partition has no leader now."""
+        if not self._in_cluster():
+            return None
+        assert self.cluster is not None  # _in_cluster
+        found = self.cluster.partition(TRANSACTION_TOPIC, txn_partition(transactional_id, self.state_partitions))
+        if found.error != ErrorCode.none:
+            return -1
+        return None if found.leader == self.broker_id else found.leader
+
+    def _leader_of(self, topic: str, partition: int) -> int | None:
+        """The broker leading a partition of a transaction: None for this one, -1 for none now."""
+        if not self._in_cluster():
+            return None
+        assert self.cluster is not None  # _in_cluster
+        found = self.cluster.partition(topic, partition)
+        if found.error != ErrorCode.none:
+            return -1
+        return None if found.leader == self.broker_id else found.leader
 
     def handlers(self) -> dict:
         """Call type -> the method answering it (``owners.py`` dispatches on it)."""
@@ -221,6 +251,10 @@ class TransactionCoordinator:
             del self.txns[tid]
         if leading:
             log.info("coordinating the transactions of %s-%d", TRANSACTION_TOPIC, p)
+            # at once, not on first use: a decided transaction needs its markers, and an
+            # open one its timeout, whether its producer comes back or not
+            self._loading.add(p)
+            self._spawn(self._load_async(p))
 
     # --- writing a change ----------------------------------------------------------------
     async def _transition(self, md: TxnMetadata, new: TxnMetadata | None) -> ErrorCode:
@@ -412,16 +446,14 @@ class TransactionCoordinator:
             if self.txns.get(tid) is not md or self._closed:
                 return
             if pending:
-                calls = [WriteMarker(t, p, md.producer_id, md.producer_epoch, epoch, commit) for t, p in pending]
-                results = await self.owners.ask_all(calls)
-                # a partition of a topic deleted meanwhile needs no marker
-                pending = [(c.topic, c.partition) for c, r in zip(calls, results)
-                           if r.error not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition)]
-                failed = [r.error for r in results if r.error not in (ErrorCode.none,
-                                                                      ErrorCode.unknown_topic_or_partition)]
+                failed = await self._send_markers(md, pending, epoch, commit)
+                if any(error == ErrorCode.transaction_coordinator_fenced for _key, error in failed):
+                    log.warning("markers of %r refused: a newer coordinator has taken over", tid)
+                    return
+                pending = [key for key, _error in failed]
                 if failed:
                     self._problems.log(logging.WARNING, ("markers", tid), "markers of %r: %d partition(s) not "
-                                       "written yet (%s); retrying", tid, len(pending), ErrorCode(failed[0]).name)
+                                       "written yet (%s); retrying", tid, len(pending), ErrorCode(failed[0][1]).name)
             if not pending:
                 done = md.moved(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                                 partitions=frozenset(), last_update_ms=now_ms())
@@ -431,6 +463,33 @@ class TransactionCoordinator:
                     return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MARKER_BACKOFF_S[1])
+
+    async def _send_markers(self, md: TxnMetadata, partitions: list, epoch: int,
+                            commit: bool) -> list[tuple[tuple[str, int], ErrorCode]]:
+        """One round of markers to every leader; the partitions that failed, with why.
+        A partition of a topic deleted meanwhile needs no marker."""
+        by_leader: dict[int | None, list[WriteMarker]] = {}
+        failed: list[tuple[tuple[str, int], ErrorCode]] = []
+        for t, p in partitions:
+            if self.topics.get(t) is None:
+                continue
+            leader = self._leader_of(t, p)
+            if leader is not None and leader < 0:
+                failed.append(((t, p), ErrorCode.leader_not_available))
+                continue
+            by_leader.setdefault(leader, []).append(
+                WriteMarker(t, p, md.producer_id, md.producer_epoch, epoch, commit))
+
+        async def one(leader: int | None, calls: list[WriteMarker]) -> None:
+            if leader is None:
+                errors = await markers.write_here(self.owners, calls)
+            else:
+                errors = await markers.write_there(self.broker_clients, leader, calls)
+            failed.extend(((c.topic, c.partition), e) for c, e in zip(calls, errors)
+                          if e not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition))
+
+        await asyncio.gather(*(one(leader, calls) for leader, calls in by_leader.items()))
+        return failed
 
     def _coordinator_epoch(self, tid: str) -> int:
         """The leader epoch of the id's state partition: markers carry it."""

@@ -1,0 +1,123 @@
+"""Transactions in cluster mode: the coordinator of a transactional id is the
+leader of its ``__transaction_state`` partition, the markers reach partitions
+led by other brokers (WriteTxnMarkers), a produce is verified with a
+coordinator on another broker (KIP-890), and when the coordinator's broker is
+killed mid-transaction the new leader of its state partition finishes what
+was decided and aborts what was left open."""
+
+import time
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness.cluster import Cluster
+from harness.waiting import wait_for
+from hpbroker.server.ownership import TRANSACTION_TOPIC, txn_partition
+
+TOPIC, PARTITIONS = "payments", 3
+STATE_PARTITIONS = 3
+OVERRIDES = {"min.insync.replicas": "2", "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+
+
+@pytest.fixture
+def txn_cluster(zookeeper, chroot, tmp_path):
+    found = Cluster(chroot, tmp_path, 3, overrides=OVERRIDES)
+    found.start_all()
+    admin = AdminClient({"bootstrap.servers": found.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
+    found.wait_in_sync(TOPIC, PARTITIONS)
+    yield found
+    found.close()
+
+
+def producer(cluster: Cluster, transactional_id: str, **conf) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id,
+                     "transaction.timeout.ms": 10000, **conf})
+    p.init_transactions(60)
+    return p
+
+
+def read_committed(cluster: Cluster, expected: int, timeout: float = 60) -> list[bytes]:
+    """Every record a read_committed consumer reads from the start, once ``expected`` came
+    and the end of every partition (the LSO) is reached."""
+    consumer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                            "isolation.level": "read_committed", "enable.partition.eof": True,
+                            "auto.offset.reset": "earliest"})
+    consumer.assign([ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and (len(values) < expected or len(at_end) < PARTITIONS):
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            error = m.error()
+            if error is not None:
+                if error.code() == ck.KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition() or 0)
+                continue
+            at_end.discard(m.partition() or 0)
+            value = m.value()
+            assert value is not None
+            values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
+def state_leader(cluster: Cluster, transactional_id: str) -> int:
+    return cluster.leader_of(TRANSACTION_TOPIC, txn_partition(transactional_id, STATE_PARTITIONS))
+
+
+def test_commit_and_abort_reach_every_partitions_leader(txn_cluster):
+    leaders = {txn_cluster.leader_of(TOPIC, p) for p in range(PARTITIONS)}
+    assert len(leaders) > 1  # the markers must cross to other brokers
+    p = producer(txn_cluster, "payments-writer")
+    p.begin_transaction()
+    for n in range(30):
+        p.produce(TOPIC, b"committed-%d" % n, partition=n % PARTITIONS)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for n in range(30):
+        p.produce(TOPIC, b"aborted-%d" % n, partition=n % PARTITIONS)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for n in range(6):
+        p.produce(TOPIC, b"after-%d" % n, partition=n % PARTITIONS)
+    p.commit_transaction(30)
+    got = read_committed(txn_cluster, 36)
+    assert sorted(got) == sorted([b"committed-%d" % n for n in range(30)] + [b"after-%d" % n for n in range(6)])
+
+
+def test_a_killed_coordinator_is_succeeded_and_nothing_is_torn(txn_cluster):
+    """The coordinator's broker is SIGKILLed with one transaction committed
+    and the next one open: the committed one stays whole, the open one is
+    aborted by the new coordinator (its producer's timeout), and a new
+    instance of the producer carries on."""
+    tid = "payments-failover"
+    p = producer(txn_cluster, tid)
+    p.begin_transaction()
+    for n in range(12):
+        p.produce(TOPIC, b"first-%d" % n, partition=n % PARTITIONS)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for n in range(12):
+        p.produce(TOPIC, b"open-%d" % n, partition=n % PARTITIONS)
+    assert p.flush(30) == 0
+    coordinator = state_leader(txn_cluster, tid)
+    txn_cluster.kill(coordinator)
+    wait_for(lambda: state_leader(txn_cluster, tid) not in (coordinator, -1), 60, "a new transaction coordinator")
+    # the open transaction times out on its new coordinator, which aborts it
+    del p
+    survivor = producer(txn_cluster, tid)
+    survivor.begin_transaction()
+    for n in range(6):
+        survivor.produce(TOPIC, b"second-%d" % n, partition=n % PARTITIONS)
+    survivor.commit_transaction(60)
+    got = read_committed(txn_cluster, 18)
+    assert sorted(got) == sorted([b"first-%d" % n for n in range(12)] + [b"second-%d" % n for n in range(6)])
+    txn_cluster.start(coordinator)
