@@ -1,0 +1,69 @@
+"""kafkajs (Node.js), the client of many JavaScript services, against a real
+broker: its transactional producer commits, aborts and commits a group's
+offsets in a transaction, and its consumer reads committed records only.
+kafkajs is installed with npm into ``.venv/node`` on first use."""
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.integration.clients import topic_name
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parent / "js" / "kafkajs_transactions.js"
+KAFKAJS = "kafkajs@2.2.4"
+
+
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("Node.js and npm are needed (scripts/ensure-system-packages.sh installs them)")
+    prefix = REPO / ".venv" / "node"
+    if not (prefix / "node_modules" / "kafkajs" / "package.json").exists():
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--silent", KAFKAJS],
+                       check=True, timeout=300)
+    return prefix / "node_modules"
+
+
+def read_committed(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
+                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and m.error() is None:
+                value = m.value()
+                assert value is not None
+                values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_kafkajs_transactions(broker, node_modules):
+    topic, group = topic_name("kafkajs"), topic_name("kafkajs-group")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    run = subprocess.run(["node", str(SCRIPT), broker.bootstrap, topic, f"kafkajs-{topic}", group],
+                         env={"NODE_PATH": str(node_modules), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    committed = sorted([f"committed-{i}" for i in range(10)] + [f"with-offsets-{i}" for i in range(4)])
+    assert sorted(json.loads(run.stdout.splitlines()[-1])["read"]) == committed  # kafkajs reads committed only
+    assert sorted(v.decode() for v in read_committed(broker.bootstrap, topic, 14)) == committed
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        [offset] = consumer.committed([ck.TopicPartition(topic, 0)], 30)
+    finally:
+        consumer.close()
+    assert offset.offset == 7  # the offsets committed in the transaction took effect with it
