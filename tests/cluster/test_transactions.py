@@ -121,3 +121,35 @@ def test_a_killed_coordinator_is_succeeded_and_nothing_is_torn(txn_cluster):
     got = read_committed(txn_cluster, 18)
     assert sorted(got) == sorted([b"first-%d" % n for n in range(12)] + [b"second-%d" % n for n in range(6)])
     txn_cluster.start(coordinator)
+
+
+def test_a_commit_decided_before_its_coordinator_died_is_completed_by_the_next(txn_cluster):
+    """The markers cannot reach one partition's leader (paused) when the
+    producer commits: EndTxn is answered once PrepareCommit is written and the
+    marker wait runs out; then the coordinator's broker is SIGKILLed.  The new
+    leader of the state partition loads PrepareCommit and writes the markers
+    itself, to whoever leads each partition by then: the whole transaction
+    becomes visible, and nothing else."""
+    producer(txn_cluster, "warm-up")  # its FindCoordinator creates __transaction_state
+    txn_cluster.wait_in_sync(TRANSACTION_TOPIC, STATE_PARTITIONS)
+    tid = next(t for t in (f"payments-decided-{i}" for i in range(100))
+               if len({state_leader(txn_cluster, t)} | {txn_cluster.leader_of(TOPIC, p)
+                                                        for p in range(PARTITIONS)}) == 3)
+    coordinator = state_leader(txn_cluster, tid)
+    stalled_partition = next(p for p in range(PARTITIONS) if txn_cluster.leader_of(TOPIC, p) != coordinator)
+    stalled = txn_cluster.leader_of(TOPIC, stalled_partition)
+    p = producer(txn_cluster, tid)
+    p.begin_transaction()
+    for n in range(12):
+        p.produce(TOPIC, b"decided-%d" % n, partition=n % PARTITIONS)
+    assert p.flush(30) == 0
+    txn_cluster.pause(stalled)
+    try:
+        p.commit_transaction(60)  # answered: the decision is written, the markers are on their way
+        txn_cluster.kill(coordinator)
+    finally:
+        txn_cluster.resume(stalled)
+    wait_for(lambda: state_leader(txn_cluster, tid) not in (coordinator, -1), 60, "a new transaction coordinator")
+    got = read_committed(txn_cluster, 12, timeout=90)
+    assert sorted(got) == sorted(b"decided-%d" % n for n in range(12))
+    txn_cluster.start(coordinator)
