@@ -208,8 +208,7 @@ def _check(committed: ProducerStateEntry | None, current: ProducerStateEntry | N
     if epoch < known_epoch:
         return CheckResult(Verdict.INVALID_PRODUCER_EPOCH,
                            message=f"producer {producer_id}: epoch {epoch} is older than {known_epoch}")
-    if not transactional and current is not None and current.current_txn_first_offset >= 0 and \
-            epoch == known_epoch:
+    if not transactional and current is not None and current.current_txn_first_offset >= 0:
         return CheckResult(Verdict.INVALID_TXN_STATE,
                            message=f"producer {producer_id}: a non-transactional batch while its transaction "
                                    f"from offset {current.current_txn_first_offset} is open")
@@ -283,15 +282,21 @@ class ProducerStateManager:
         """``check`` for every batch of one produce request, in order, each seeing
         the ones before it as appended (a producer may send consecutive batches
         together).  The first duplicate or error answers for the whole request,
-        as in Kafka's ``analyzeAndValidateProducerState``.  Control batches are
-        skipped: clients cannot send them.  ``sequences=False``: the broker's
+        as in Kafka's ``analyzeAndValidateProducerState``.  Of a control batch
+        (which clients cannot send) only the epoch is checked.  ``sequences=False``: the broker's
         own transactional writes (offsets committed in a transaction), whose
         epoch is checked and nothing else."""
         pending: dict[int, ProducerStateEntry] = {}
         for pid, epoch, seq, base, last, max_ts, attrs in _rows(columns):
-            if pid == NO_PRODUCER_ID or attrs & CONTROL_BIT:
+            if pid == NO_PRODUCER_ID:
                 continue
             committed = self._producers.get(pid)
+            if attrs & CONTROL_BIT:  # a marker (only the broker's own): of the producer's epoch or a later one
+                known = pending.get(pid, committed)
+                if known is not None and epoch < known.producer_epoch:
+                    return CheckResult(Verdict.INVALID_PRODUCER_EPOCH, message=f"producer {pid}: a marker of "
+                                       f"epoch {epoch}, older than {known.producer_epoch}")
+                continue
             current = pending.get(pid, committed)
             last_seq = increment_sequence(seq, last - base)
             transactional = bool(attrs & TRANSACTIONAL_BIT)

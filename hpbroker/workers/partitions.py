@@ -362,6 +362,31 @@ _MAX_GUARDS = 10_000
 _guards = itertools.count(1)
 
 
+def txn_guard(found: Partition, producer_id: int, epoch: int) -> int | None:
+    """KIP-890: before a transactional write that may open the producer's
+    transaction on ``found``, the guard (a token) under which to ask its
+    coordinator; None when the transaction is open here already (the write
+    joins it, no question to ask).  A marker for the producer ends its guard."""
+    entry = found.log.producer_state.entry(producer_id)
+    if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch:
+        return None
+    guard = found.txn_guards.get(producer_id)
+    if guard is None or guard[0] != epoch:
+        if len(found.txn_guards) >= _MAX_GUARDS:
+            found.txn_guards.clear()  # producers that never came back; a live one just verifies again
+        guard = found.txn_guards[producer_id] = (epoch, next(_guards))
+    return guard[1]
+
+
+def txn_guard_holds(found: Partition, producer_id: int, epoch: int, token: int) -> bool:
+    """No marker for the producer ended the guard since ``token`` was handed out
+    (or its transaction has opened here since)."""
+    entry = found.log.producer_state.entry(producer_id)
+    if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch:
+        return True
+    return found.txn_guards.get(producer_id) == (epoch, token)
+
+
 def _txn_guard(found: Partition, records, verified: int) -> AppendResult | None:
     """KIP-890's check of a transactional produce: None when it may be
     appended (its producer's transaction is open here already, or the
@@ -371,21 +396,14 @@ def _txn_guard(found: Partition, records, verified: int) -> AppendResult | None:
     if len(records) < _PRODUCER_AT + _PRODUCER.size:
         return None  # the log refuses the batch itself
     producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_AT)
-    entry = found.log.producer_state.entry(producer_id)
-    if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == epoch:
-        return None
-    guard = found.txn_guards.get(producer_id)
     if verified:
-        if guard == (epoch, verified):
+        if txn_guard_holds(found, producer_id, epoch, verified):
             return None
         return AppendResult(ErrorCode.invalid_txn_state, log_start_offset=found.log.log_start_offset,
                             message=f"the transaction of producer {producer_id} ended before its produce to "
                                     f"{found.topic}-{found.index} arrived")
-    if guard is None or guard[0] != epoch:
-        if len(found.txn_guards) >= _MAX_GUARDS:
-            found.txn_guards.clear()  # producers that never came back; a live one just verifies again
-        guard = found.txn_guards[producer_id] = (epoch, next(_guards))
-    return AppendResult(ErrorCode.none, verify=guard[1])
+    token = txn_guard(found, producer_id, epoch)
+    return None if token is None else AppendResult(ErrorCode.none, verify=token)
 
 
 def _still(found: Partition, epoch: int) -> bool:

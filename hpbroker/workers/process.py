@@ -44,7 +44,7 @@ from hpbroker.workers.producer_ids import ClusterProducerIds
 from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
-from hpbroker.workers.transactions import TransactionCoordinator
+from hpbroker.workers.transactions import TransactionCoordinator, markers
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,7 @@ class Worker:
         self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
                                  self.config.broker_id)
+        self.groups.verify = lambda call: markers.verify(self.ctx, call)
         if self.link is not None:
             self._on_image()
             self.link.publish_to(self._on_image, self._on_session)

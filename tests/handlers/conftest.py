@@ -66,7 +66,7 @@ from hpbroker.workers.owners import LocalOwner, Owners
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.topics import TopicRegistry
-from hpbroker.workers.transactions import TransactionCoordinator
+from hpbroker.workers.transactions import TransactionCoordinator, markers
 
 CLUSTER_ID = "handlers-test-cluster"
 HOST, PORT = "127.0.0.1", 19092
@@ -302,6 +302,7 @@ class Harness:
         self.ctx = WorkerContext(cfg, 0, 1, self.identity, self.topics, owners, groups=self.groups,
                                  transactions=self.transactions, partition_offsets=self.memory.partitions.reader())
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster)
+        self.groups.verify = lambda call: markers.verify(self.ctx, call)
         self.run(self._started())
 
     async def _started(self) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
@@ -30,6 +31,7 @@ from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
 from hpbroker.workers.owner_calls import (
+    AddTxnPartitions,
     Append,
     CommittedOffsets,
     DeleteGroup,
@@ -54,8 +56,10 @@ from hpbroker.workers.owner_calls import (
     SyncGroup,
     SyncResult,
     TxnOffsetCommit,
+    TxnPartitionsResult,
     WaitReplicated,
 )
+from hpbroker.workers.partitions import txn_guard, txn_guard_holds
 from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,9 @@ class GroupCoordinator:
         self._closed = False
         self._expiry_timer = None
         self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
+        # (AddTxnPartitions) -> its coordinator's answer, wherever it is: TxnOffsetCommit's verification
+        # (set by the worker once it can reach coordinators; None: not verified)
+        self.verify: Callable[[AddTxnPartitions], Awaitable[TxnPartitionsResult]] | None = None
 
     # --- topic, ownership, loading ----------------------------------------------------
     async def ensure_offsets_topic(self) -> int:
@@ -156,10 +163,10 @@ class GroupCoordinator:
                     self._replay_marker(batch, p)
                 elif header.is_transactional:
                     for record in batch.records:
-                        self._apply_pending(header.producer_id, record.key, record.value)
+                        self._apply_pending(header.producer_id, record.key, record.value, record.offset)
                 else:
                     for record in batch.records:
-                        self._apply(record.key, record.value, metadata)
+                        self._apply(record.key, record.value, metadata, record.offset)
                 offset = header.next_offset
             if offset <= before:
                 break
@@ -176,7 +183,7 @@ class GroupCoordinator:
         if count:
             log.info("loaded %s-%d: %d groups", OFFSETS_TOPIC, p, count)
 
-    def _apply(self, key: bytes | None, value: bytes | None, metadata: dict) -> None:
+    def _apply(self, key: bytes | None, value: bytes | None, metadata: dict, at: int = -1) -> None:
         if key is None:
             return
         k = R.decode_key(key)
@@ -184,17 +191,17 @@ class GroupCoordinator:
             if value is None:
                 self.offsets.delete(k.group, k.topic, k.partition)
             else:
-                self.offsets.put(k.group, k.topic, k.partition, R.decode_offset_value(value))
+                self.offsets.put(k.group, k.topic, k.partition, R.decode_offset_value(value), at)
         elif isinstance(k, R.GroupKey):
             metadata[k.group] = None if value is None else R.decode_group_value(value)
 
-    def _apply_pending(self, producer_id: int, key: bytes | None, value: bytes | None) -> None:
+    def _apply_pending(self, producer_id: int, key: bytes | None, value: bytes | None, at: int) -> None:
         """An offset a transaction committed: pending until the transaction's marker."""
         if key is None or value is None:
             return
         k = R.decode_key(key)
         if isinstance(k, R.OffsetKey):
-            self.offsets.put_pending(producer_id, k.group, k.topic, k.partition, R.decode_offset_value(value))
+            self.offsets.put_pending(producer_id, k.group, k.topic, k.partition, R.decode_offset_value(value), at)
 
     def _replay_marker(self, batch, p: int) -> None:
         try:
@@ -429,8 +436,9 @@ class GroupCoordinator:
             return CommittedOffsets(ErrorCode.none, [
                 PartitionError(r.topic, r.partition, error if r.error == ErrorCode.none else r.error)
                 for r in results])
-        for topic, partition, value in values:
-            self.offsets.put(group_id, topic, partition, value)
+        first = end_offset - len(values)  # the records went in at these offsets, in order
+        for i, (topic, partition, value) in enumerate(values):
+            self.offsets.put(group_id, topic, partition, value, first + i)
         group.touch(call.member_id)
         return CommittedOffsets(ErrorCode.none, results)
 
@@ -444,6 +452,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if error == ErrorCode.none and group is not None and call.generation >= 0:
             error = group.check_member(call.member_id, call.instance_id, call.generation)
+        if error == ErrorCode.none:
+            error = await self._verified(call)
         if error != ErrorCode.none:
             return call.unanswered(error)
         ts = now_ms()
@@ -474,9 +484,32 @@ class GroupCoordinator:
                 error = ErrorCode.coordinator_not_available
             if error != ErrorCode.none:
                 return call.unanswered(error)
-            for topic, partition, value in values:
-                self.offsets.put_pending(call.producer_id, group_id, topic, partition, value)
+            first = appended.end_offset - len(values)
+            for i, (topic, partition, value) in enumerate(values):
+                self.offsets.put_pending(call.producer_id, group_id, topic, partition, value, first + i)
         return CommittedOffsets(ErrorCode.none, results)
+
+    async def _verified(self, call: TxnOffsetCommit) -> ErrorCode:
+        """KIP-890, as for a produce: unless the producer's transaction is open
+        on the offsets partition already, its coordinator must confirm that the
+        partition is in it, and no marker may come in between; otherwise a
+        late or stray commit would stay pending for good."""
+        p = group_partition(call.group_id, self.offsets_partitions)
+        found = self.partitions.resolve(OFFSETS_TOPIC, p)
+        if self.verify is None or isinstance(found, ErrorCode):
+            return ErrorCode.none  # the append answers for a partition that is not here
+        token = txn_guard(found, call.producer_id, call.producer_epoch)
+        if token is None:
+            return ErrorCode.none
+        verdict = await self.verify(AddTxnPartitions(call.transactional_id, call.producer_id, call.producer_epoch,
+                                                     [(OFFSETS_TOPIC, p)], verify_only=True))
+        error = verdict.error if verdict.error != ErrorCode.none else verdict.partitions[0].error
+        if error in (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+                     ErrorCode.concurrent_transactions):
+            return ErrorCode.coordinator_load_in_progress  # retried in place by every client
+        if error == ErrorCode.none and not txn_guard_holds(found, call.producer_id, call.producer_epoch, token):
+            return ErrorCode.invalid_txn_state  # its transaction ended while the coordinator was asked
+        return error
 
     @staticmethod
     def _commit_allowed(group, generation, member_id, instance_id, api_version) -> ErrorCode:
@@ -504,8 +537,10 @@ class GroupCoordinator:
             return call.unanswered(error)
         if call.topics is None:
             items = sorted(self.offsets.of_group(group_id).items())
-            return FetchedOffsets(ErrorCode.none, [FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
-                                           for (t, p), v in items])
+            return FetchedOffsets(ErrorCode.none, [
+                FetchedOffset(t, p, error=ErrorCode.unstable_offset_commit)
+                if call.require_stable and self.offsets.is_pending(group_id, t, p)
+                else FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata) for (t, p), v in items])
         rows = []
         for topic, partitions in call.topics:
             for p in partitions:

@@ -16,12 +16,16 @@ from hpbroker.workers.groups.records import OffsetValue
 class OffsetStore:
     def __init__(self):
         self._groups: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        # where in __consumer_offsets each current value was appended: a transaction's
+        # offset that commits takes effect only over an older one (Kafka's rule)
+        self._appended_at: dict[tuple[str, str, int], int] = {}
         # offsets committed inside transactions, by producer id, until their marker:
-        # (group, topic, partition) -> value; applied on COMMIT, dropped on ABORT
-        self._pending: dict[int, dict[tuple[str, str, int], OffsetValue]] = {}
+        # (group, topic, partition) -> (value, where appended); applied on COMMIT, dropped on ABORT
+        self._pending: dict[int, dict[tuple[str, str, int], tuple[OffsetValue, int]]] = {}
 
-    def put_pending(self, producer_id: int, group: str, topic: str, partition: int, value: OffsetValue) -> None:
-        self._pending.setdefault(producer_id, {})[(group, topic, partition)] = value
+    def put_pending(self, producer_id: int, group: str, topic: str, partition: int, value: OffsetValue,
+                    at: int = -1) -> None:
+        self._pending.setdefault(producer_id, {})[(group, topic, partition)] = (value, at)
 
     def complete(self, producer_id: int, commit: bool, here=lambda group: True) -> int:
         """A transaction's marker: its pending offsets of the groups ``here``
@@ -31,13 +35,15 @@ class OffsetStore:
         if not pending:
             return 0
         done = [key for key in pending if here(key[0])]
+        applied = 0
         for key in done:
-            value = pending.pop(key)
-            if commit:
-                self.put(*key, value)
+            value, at = pending.pop(key)
+            if commit and at >= self._appended_at.get(key, -1):  # not over a plain commit appended after it
+                self.put(*key, value, at)
+                applied += 1
         if not pending:
             del self._pending[producer_id]
-        return len(done) if commit else 0
+        return applied
 
     def is_pending(self, group: str, topic: str, partition: int) -> bool:
         return any((group, topic, partition) in offsets for offsets in self._pending.values())
@@ -51,10 +57,13 @@ class OffsetStore:
             if not offsets:
                 del self._pending[producer_id]
 
-    def put(self, group: str, topic: str, partition: int, value: OffsetValue) -> None:
+    def put(self, group: str, topic: str, partition: int, value: OffsetValue, at: int = -1) -> None:
+        """``at``: where the value was appended in ``__consumer_offsets`` (-1: unknown)."""
         self._groups.setdefault(group, {})[(topic, partition)] = value
+        self._appended_at[(group, topic, partition)] = at
 
     def delete(self, group: str, topic: str, partition: int) -> None:
+        self._appended_at.pop((group, topic, partition), None)
         offsets = self._groups.get(group)
         if offsets is not None:
             offsets.pop((topic, partition), None)

@@ -14,6 +14,7 @@ import logging
 import struct
 
 from hpbroker.errors import ErrorCode
+from hpbroker.kernels.layout import TRANSACTIONAL_BIT
 from hpbroker.protocol import produce_response
 from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
 _PRODUCER = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
 _PRODUCER_AT = 43
+_MAGIC, _ATTRIBUTES_LOW = 16, 22
 _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                      ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
 
@@ -104,10 +106,16 @@ async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
 async def handle(ctx, header, request):
     acks = request.acks
     work = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
+    transactional_id = getattr(request, "transactional_id", None)
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
+    elif transactional_id is None and any(_transactional(records) for _, _, records in work):
+        # Kafka's answer to transactional records from no transactional id, for the whole request
+        results = [AppendResult(ErrorCode.transactional_id_authorization_failed,
+                                message="transactional records in a produce request without a transactional id")
+                   ] * len(work)
     else:
-        results = await _append_all(ctx, work, acks, getattr(request, "transactional_id", None))
+        results = await _append_all(ctx, work, acks, transactional_id)
         if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
             # appended: the next request may be handled while this one waits for the replicas
             return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
@@ -121,6 +129,12 @@ async def handle(ctx, header, request):
                                   f"{', ...' if len(failed) > 3 else ''})")
         return None
     return _answer(header, work, results)
+
+
+def _transactional(records) -> bool:
+    """The first batch of ``records`` is a v2 batch with the transactional bit."""
+    return records is not None and len(records) > _ATTRIBUTES_LOW and records[_MAGIC] == 2 and \
+        bool(records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT)
 
 
 async def _answer_replicated(ctx, header, work, results, timeout_s: float) -> list[bytes]:

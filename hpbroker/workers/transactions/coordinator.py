@@ -450,7 +450,9 @@ class TransactionCoordinator:
                 if any(error == ErrorCode.transaction_coordinator_fenced for _key, error in failed):
                     log.warning("markers of %r refused: a newer coordinator has taken over", tid)
                     return
-                pending = [key for key, _error in failed]
+                # a partition that knows a newer epoch of the producer has no open transaction of
+                # this one to end (Kafka's coordinator drops such a marker too)
+                pending = [key for key, error in failed if error != ErrorCode.invalid_producer_epoch]
                 if failed:
                     self._problems.log(logging.WARNING, ("markers", tid), "markers of %r: %d partition(s) not "
                                        "written yet (%s); retrying", tid, len(pending), ErrorCode(failed[0][1]).name)
@@ -515,7 +517,7 @@ class TransactionCoordinator:
                 if md.producer_epoch >= 0
                 and (not states or md.state.display.lower() in states)
                 and (not pids or md.producer_id in pids)
-                and (call.min_duration_ms < 0 or (md.start_ms >= 0 and now - md.start_ms > call.min_duration_ms))]
+                and (call.min_duration_ms < 0 or now - md.start_ms > call.min_duration_ms)]  # Kafka's test
         return TxnListing(ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none, rows)
 
     # --- timeouts and expiry --------------------------------------------------------------------
