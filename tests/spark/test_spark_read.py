@@ -74,3 +74,39 @@ def test_read_committed_over_a_directory_the_broker_wrote(spark, log_dir):
     assert [bytes(r.value) for r in committed] == [b"a", b"y1", b"b"]
     everything = spark.read.format("hpbroker").option("topic", "btx").load(log_dir).orderBy("offset").collect()
     assert [bytes(r.value) for r in everything] == [b"a", b"x1", b"x2", b"y1", b"b"]
+
+
+def test_read_committed_over_transactions_a_running_broker_wrote(spark, tmp_path):
+    """A real transactional producer against a real broker: committed,
+    aborted, committed again, its offsets committed in a transaction too.
+    Spark reads the broker's segment directories with read_committed: the
+    committed records only, and the offsets the markers and the aborted
+    records take are gaps, not lost data (``failOnDataLoss`` stays true)."""
+    import confluent_kafka as ck
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from harness.broker import Broker
+
+    broker = Broker(tmp_path / "data", tmp_path / "broker.log").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: its futures need it alive
+        admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(30)
+        p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "spark-writer"})
+        p.init_transactions(30)
+        for kind, count in (("committed", 8), ("aborted", 6), ("again", 4)):
+            p.begin_transaction()
+            for n in range(count):
+                p.produce("orders", b"%s-%d" % (kind.encode(), n), partition=n % 2)
+            if kind == "aborted":
+                p.flush(30)
+                p.abort_transaction(30)
+            else:
+                p.commit_transaction(30)
+    finally:
+        broker.stop()
+    reader = spark.read.format("hpbroker").option("topic", "orders").option("failOnDataLoss", "true")
+    committed = reader.option("isolation", "read_committed").load(str(tmp_path / "data")).collect()
+    assert sorted(bytes(r.value) for r in committed) == sorted(
+        [b"committed-%d" % n for n in range(8)] + [b"again-%d" % n for n in range(4)])
+    everything = spark.read.format("hpbroker").option("topic", "orders").load(str(tmp_path / "data")).collect()
+    assert len(everything) == 18  # read_uncommitted: the aborted records too, never a marker
