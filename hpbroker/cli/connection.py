@@ -25,7 +25,7 @@ class CliError(Exception):
 def add_connection_args(parser, json_flag: bool = True, json_help: str = "print JSON for scripts instead of a table"):
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"broker(s) to connect to, comma separated (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker after this long (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--command-config", action="append", default=[], metavar="KEY=VALUE",
                         help="extra librdkafka client setting, e.g. security.protocol=SSL (repeatable)")
@@ -33,7 +33,7 @@ def add_connection_args(parser, json_flag: bool = True, json_help: str = "print 
         parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def _positive_float(text: str) -> float:
+def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:

@@ -25,7 +25,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from hpbroker.cli import output
-from hpbroker.cli.connection import DEFAULT_BOOTSTRAP, DEFAULT_TIMEOUT_S, CliError, guarded
+from hpbroker.cli.connection import DEFAULT_BOOTSTRAP, DEFAULT_TIMEOUT_S, CliError, guarded, positive_seconds
 from hpbroker.cli.kafka_requests import (
     FIND_COORDINATOR,
     Brokers,
@@ -126,19 +126,9 @@ def _connection_args(parser) -> None:
     # connection.add_connection_args without --command-config: these requests do not go through librdkafka
     parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                         help=f"broker(s) to connect to, comma separated (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker after this long (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"want a number of seconds above 0, got {text!r}")
-    return value
 
 
 def _non_negative(what: str):
