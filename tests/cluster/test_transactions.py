@@ -5,7 +5,6 @@ coordinator on another broker (KIP-890), and when the coordinator's broker is
 killed mid-transaction the new leader of its state partition finishes what
 was decided and aborts what was left open."""
 
-import time
 
 import confluent_kafka as ck
 import pytest
@@ -14,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from harness.cluster import Cluster
 from harness.waiting import wait_for
 from hpbroker.server.ownership import TRANSACTION_TOPIC, txn_partition
+from tests.integration.clients import ck_read_committed
 
 TOPIC, PARTITIONS = "payments", 3
 STATE_PARTITIONS = 3
@@ -40,32 +40,7 @@ def producer(cluster: Cluster, transactional_id: str, **conf) -> ck.Producer:
 
 
 def read_committed(cluster: Cluster, expected: int, timeout: float = 60) -> list[bytes]:
-    """Every record a read_committed consumer reads from the start, once ``expected`` came
-    and the end of every partition (the LSO) is reached."""
-    consumer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                            "isolation.level": "read_committed", "enable.partition.eof": True,
-                            "auto.offset.reset": "earliest"})
-    consumer.assign([ck.TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
-    values: list[bytes] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and (len(values) < expected or len(at_end) < PARTITIONS):
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            error = m.error()
-            if error is not None:
-                if error.code() == ck.KafkaError._PARTITION_EOF:
-                    at_end.add(m.partition() or 0)
-                continue
-            at_end.discard(m.partition() or 0)
-            value = m.value()
-            assert value is not None
-            values.append(value)
-    finally:
-        consumer.close()
-    return values
+    return ck_read_committed(cluster.bootstrap, TOPIC, range(PARTITIONS), expected, timeout)
 
 
 def state_leader(cluster: Cluster, transactional_id: str) -> int:

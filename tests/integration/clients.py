@@ -102,6 +102,36 @@ def ck_consume_all(bootstrap: str, topic: str, partitions, timeout: float = 60) 
     return got
 
 
+def ck_read_committed(bootstrap: str, topic: str, partitions, expected: int, timeout: float = 60) -> list[bytes]:
+    """The values a read_committed consumer reads from the start of ``partitions``,
+    once at least ``expected`` came and every partition's end (its last stable
+    offset) is reached: what a transaction's outcome looks like to a reader."""
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-committed-{time.monotonic_ns()}",
+                            "isolation.level": "read_committed", "enable.partition.eof": True,
+                            "auto.offset.reset": "earliest"})
+    consumer.assign([ck.TopicPartition(topic, p) for p in partitions])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and (len(values) < expected or len(at_end) < len(partitions)):
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            error = m.error()
+            if error is not None:
+                if error.code() == ck.KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition() or 0)
+                continue
+            at_end.discard(m.partition() or 0)
+            value = m.value()
+            assert value is not None
+            values.append(value)
+    finally:
+        consumer.close()
+    return values
+
+
 # --- kafka-python -------------------------------------------------------------------
 def kp_produce(bootstrap: str, topic: str, records, timeout: float = 30, **conf) -> list:
     producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **conf)

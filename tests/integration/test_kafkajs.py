@@ -6,14 +6,13 @@ kafkajs is installed with npm into ``.venv/node`` on first use."""
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.clients import topic_name
+from tests.integration.clients import ck_read_committed, topic_name
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "js" / "kafkajs_transactions.js"
@@ -32,24 +31,6 @@ def node_modules() -> Path:
     return prefix / "node_modules"
 
 
-def read_committed(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
-                            "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is not None and m.error() is None:
-                value = m.value()
-                assert value is not None
-                values.append(value)
-    finally:
-        consumer.close()
-    return values
-
-
 def test_kafkajs_transactions(broker, node_modules):
     topic, group = topic_name("kafkajs"), topic_name("kafkajs-group")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
@@ -60,7 +41,7 @@ def test_kafkajs_transactions(broker, node_modules):
     assert run.returncode == 0, run.stderr[-2000:]
     committed = sorted([f"committed-{i}" for i in range(10)] + [f"with-offsets-{i}" for i in range(4)])
     assert sorted(json.loads(run.stdout.splitlines()[-1])["read"]) == committed  # kafkajs reads committed only
-    assert sorted(v.decode() for v in read_committed(broker.bootstrap, topic, 14)) == committed
+    assert sorted(v.decode() for v in ck_read_committed(broker.bootstrap, topic, range(2), 14)) == committed
     consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     try:
         [offset] = consumer.committed([ck.TopicPartition(topic, 0)], 30)

@@ -7,14 +7,13 @@ acknowledged is there, whole; no transaction is there in part (torn); no
 record is there twice; and an aborted transaction is not there at all."""
 
 import threading
-import time
 
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.waiting import wait_for
 from hpbroker.server.ownership import TRANSACTION_TOPIC, partition_owner, txn_partition
-from tests.integration.clients import topic_name
+from tests.integration.clients import ck_read_committed, topic_name
 
 RECORDS_PER_TXN = 6
 STATE_PARTITIONS = 50  # transaction.state.log.num.partitions, the default
@@ -70,33 +69,6 @@ class Writer:
         p.flush(10)
 
 
-def read_all(bootstrap: str, topic: str, expected_at_least: int) -> list[bytes]:
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
-                            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                            "enable.partition.eof": True})
-    consumer.assign([ck.TopicPartition(topic, 0), ck.TopicPartition(topic, 1)])
-    values: list[bytes] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 90
-    try:
-        while time.monotonic() < deadline and (len(values) < expected_at_least or len(at_end) < 2):
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            error = m.error()
-            if error is not None:
-                if error.code() == ck.KafkaError._PARTITION_EOF:
-                    at_end.add(m.partition() or 0)
-                continue
-            at_end.discard(m.partition() or 0)
-            value = m.value()
-            assert value is not None
-            values.append(value)
-    finally:
-        consumer.close()
-    return values
-
-
 def test_transactions_survive_worker_kills(broker_factory):
     broker = broker_factory({"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}, num_workers=2)
     topic, tid = topic_name("txn-kill"), "txn-kill-writer"
@@ -115,7 +87,7 @@ def test_transactions_survive_worker_kills(broker_factory):
         writer.stop.set()
         writer.thread.join(120)
     assert not writer.thread.is_alive()
-    values = read_all(broker.bootstrap, topic, len(writer.committed) * RECORDS_PER_TXN)
+    values = ck_read_committed(broker.bootstrap, topic, range(2), len(writer.committed) * RECORDS_PER_TXN, 90)
     seen: dict[int, list[int]] = {}
     for value in values:
         txn, record = (int(x) for x in value.split(b":"))
