@@ -22,11 +22,10 @@ from collections.abc import Awaitable, Callable
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
-from hpbroker.records import CorruptRecordError, Record, encode_batch, iter_batches
+from hpbroker.records import CorruptRecordError, Record, encode_batch
 from hpbroker.records.control import parse_control_record
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition, partition_owner
-from hpbroker.storage import OffsetOutOfRangeError
+from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 from hpbroker.workers.groups import records as R
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
@@ -60,6 +59,7 @@ from hpbroker.workers.owner_calls import (
     WaitReplicated,
 )
 from hpbroker.workers.partitions import txn_guard, txn_guard_holds
+from hpbroker.workers.state_partitions import StatePartitions
 from hpbroker.workers.topics import TopicError
 
 log = logging.getLogger(__name__)
@@ -70,31 +70,20 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 
                         "compression.type": "producer"}
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 RETENTION_CHECK_S = 600.0  # offsets.retention.check.interval.ms
-LOAD_CHUNK_BYTES = 1 << 20
 COMMIT_TIMEOUT_S = 5.0  # offsets.commit.timeout.ms
 _GROUP_TYPE = "classic"
 
 
-class GroupCoordinator:
+class GroupCoordinator(StatePartitions):
     def __init__(self, partitions, topics, config, index: int, workers: int, leads=None, fenced=None):
-        self.partitions = partitions  # this worker's Partitions: append() and log_of()
-        # in a cluster, only the leader of a group's offsets partition coordinates it, and
-        # not while its leadership is fenced (``ReplicaManager.leads`` and ``fenced``)
-        self._leads = leads or (lambda topic, partition: True)
-        self._fenced = fenced or (lambda topic, partition: False)
-        self.topics = topics
-        self.index = index
-        self.workers = workers
-        self.offsets_partitions = config["offsets.topic.num.partitions"]
+        super().__init__(partitions, topics, OFFSETS_TOPIC, config["offsets.topic.num.partitions"], index, workers,
+                         leads, fenced)
+        self.offsets_partitions = self.partition_count
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
         self.group_config = GroupConfig(config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"],
                                         config["group.initial.rebalance.delay.ms"])
         self.groups: dict[str, Group] = {}
         self.offsets = OffsetStore()
-        self._loaded: set[int] = set()
-        self._loading: set[int] = set()
-        self._changes: dict[int, int] = {}  # leadership changes per partition: a replay begun before is void
-        self._closed = False
         self._expiry_timer = None
         self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
         # (AddTxnPartitions) -> its coordinator's answer, wherever it is: TxnOffsetCommit's verification
@@ -114,50 +103,19 @@ class GroupCoordinator:
                 return ErrorCode.coordinator_not_available
         return ErrorCode.none
 
-    def _owned(self) -> list[int]:
-        return [p for p in range(self.offsets_partitions)
-                if partition_owner(OFFSETS_TOPIC, p, self.workers) == self.index]
-
     def start(self) -> None:
         """Replay the owned partitions that exist and this broker leads (in the
         background) and arm the expiry timer.  A partition it only follows is
         replayed once it leads it (on first use, after ``leadership_changed``)."""
-        loop = asyncio.get_running_loop()
-        if self.topics.get(OFFSETS_TOPIC) is not None:
-            for p in self._owned():
-                if self._leads(OFFSETS_TOPIC, p) or self._fenced(OFFSETS_TOPIC, p):
-                    self._loading.add(p)
-                    loop.create_task(self._load_async(p))
-        self._expiry_timer = loop.call_later(RETENTION_CHECK_S, self._expire)
-
-    async def _load_async(self, p: int) -> None:
-        change = self._changes.get(p, 0)
-        try:
-            for _ in self._replay(p):
-                await asyncio.sleep(0)  # let requests for loaded groups through
-                if self._changes.get(p, 0) != change:
-                    return  # leadership changed meanwhile: what was applied is dropped, and it is replayed afresh
-        except Exception:
-            log.exception("loading %s-%d failed", OFFSETS_TOPIC, p)
-        finally:
-            if self._changes.get(p, 0) == change:
-                self._loading.discard(p)
-                self._loaded.add(p)
+        self._load_led()
+        self._expiry_timer = asyncio.get_running_loop().call_later(RETENTION_CHECK_S, self._expire)
 
     def _replay(self, p: int):
         """Apply the partition's records in order, yielding after each chunk; then
         install the groups it describes."""
-        partition_log = self.partitions.log_of(OFFSETS_TOPIC, p)
         metadata: dict[str, R.GroupValue | None] = {}
-        offset = partition_log.log_start_offset if partition_log is not None else 0
-        while partition_log is not None and offset < partition_log.written_offset:
-            try:
-                data = partition_log.read_records(max(offset, partition_log.log_start_offset), LOAD_CHUNK_BYTES)
-            except OffsetOutOfRangeError:
-                offset = partition_log.log_start_offset
-                continue
-            before = offset
-            for batch in iter_batches(data, allow_partial_tail=True):
+        for batches in self._chunks(p):
+            for batch in batches:
                 header = batch.header
                 if header.is_control:
                     self._replay_marker(batch, p)
@@ -167,9 +125,6 @@ class GroupCoordinator:
                 else:
                     for record in batch.records:
                         self._apply(record.key, record.value, metadata, record.offset)
-                offset = header.next_offset
-            if offset <= before:
-                break
             yield
         for group_id, value in metadata.items():
             if value is not None:
@@ -227,27 +182,7 @@ class GroupCoordinator:
         remove them): ``allow_empty`` there; every other group API needs an id."""
         if group_id is None or (not group_id and not allow_empty):
             return ErrorCode.invalid_group_id
-        p = group_partition(group_id, self.offsets_partitions)
-        if self._closed or partition_owner(OFFSETS_TOPIC, p, self.workers) != self.index:
-            return ErrorCode.not_coordinator
-        if not self._leads(OFFSETS_TOPIC, p):
-            # Fenced while the session is in doubt, this broker is still the one
-            # FindCoordinator names: the client must wait here, not look elsewhere.
-            # librdkafka does not retry an OffsetFetch answered NOT_COORDINATOR (nor
-            # COORDINATOR_NOT_AVAILABLE) and never fetches the partitions it asked
-            # for; COORDINATOR_LOAD_IN_PROGRESS every client retries in place.
-            return (ErrorCode.coordinator_load_in_progress if self._fenced(OFFSETS_TOPIC, p)
-                    else ErrorCode.not_coordinator)
-        if p in self._loading:
-            return ErrorCode.coordinator_load_in_progress
-        if p not in self._loaded:
-            # Created after this worker started, so short: replay it inline.
-            if self.topics.get(OFFSETS_TOPIC) is None:
-                return ErrorCode.coordinator_not_available  # FindCoordinator creates it
-            for _ in self._replay(p):
-                pass
-            self._loaded.add(p)
-        return ErrorCode.none
+        return self._check_partition(group_partition(group_id, self.offsets_partitions))
 
     def _group(self, group_id: str, missing: ErrorCode, allow_empty: bool = False) -> tuple[ErrorCode, Group | None]:
         """``_check``'s error, or ``missing`` when the group is not known here; the group."""
@@ -259,20 +194,19 @@ class GroupCoordinator:
 
     def leadership_changed(self, p: int, leading: bool) -> None:
         """This broker started or stopped leading offsets partition ``p``: its
-        groups as cached here are stale either way.  They are dropped (members
-        waiting in a join are answered NOT_COORDINATOR and find the new
-        coordinator); a new leader replays the partition on first use, and a
-        replay in progress is abandoned."""
-        self._changes[p] = self._changes.get(p, 0) + 1
-        self._loading.discard(p)
-        self._loaded.discard(p)
+        groups as cached here are dropped (members waiting in a join are
+        answered NOT_COORDINATOR and find the new coordinator); a new leader
+        replays the partition on first use."""
+        super().leadership_changed(p, leading)
+        if leading:
+            log.info("coordinating the groups of %s-%d", OFFSETS_TOPIC, p)
+
+    def _forget(self, p: int) -> None:
         for group_id in [g for g in self.groups if group_partition(g, self.offsets_partitions) == p]:
             self.groups.pop(group_id).close(DEAD)
         for group_id in [g for g in self.offsets.groups() if group_partition(g, self.offsets_partitions) == p]:
             self.offsets.drop_group(group_id)
         self.offsets.drop_pending(self._in_partition(p))
-        if leading:
-            log.info("coordinating the groups of %s-%d", OFFSETS_TOPIC, p)
 
     def _new_group(self, group_id: str) -> Group:
         group = Group(group_id, self.group_config, self._persist)

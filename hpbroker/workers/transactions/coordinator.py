@@ -31,10 +31,9 @@ import logging
 from hpbroker.clock import now_ms
 from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
-from hpbroker.records import Record, encode_batch, iter_batches
+from hpbroker.records import Record, encode_batch
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.server.ownership import TRANSACTION_TOPIC, partition_owner, txn_partition
-from hpbroker.storage import OffsetOutOfRangeError
+from hpbroker.server.ownership import TRANSACTION_TOPIC, txn_partition
 from hpbroker.workers.owner_calls import (
     AddTxnPartitions,
     Append,
@@ -52,27 +51,23 @@ from hpbroker.workers.owner_calls import (
     WaitReplicated,
     WriteMarker,
 )
+from hpbroker.workers.state_partitions import StatePartitions
 from hpbroker.workers.topics import TopicError
 from hpbroker.workers.transactions import markers, records as R
 from hpbroker.workers.transactions.state import COMPLETE, MAX_EPOCH, PREPARING, TxnMetadata, TxnState
 
 log = logging.getLogger(__name__)
 
-LOAD_CHUNK_BYTES = 1 << 20
 WRITE_TIMEOUT_MS = 5000
 MARKERS_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering anyway
 MARKER_BACKOFF_S = (0.02, 1.0)  # a marker that failed is sent again after this (doubling, capped)
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(StatePartitions):
     def __init__(self, partitions, topics, config, index: int, workers: int, leads=None, fenced=None):
-        self.partitions = partitions  # this worker's Partitions: append(), log_of(), resolve()
-        self._leads = leads or (lambda topic, partition: True)
-        self._fenced = fenced or (lambda topic, partition: False)
-        self.topics = topics
-        self.index = index
-        self.workers = workers
-        self.state_partitions = config["transaction.state.log.num.partitions"]
+        super().__init__(partitions, topics, TRANSACTION_TOPIC, config["transaction.state.log.num.partitions"],
+                         index, workers, leads, fenced)
+        self.state_partitions = self.partition_count
         self.topic_config = {"cleanup.policy": "compact", "compression.type": "producer",
                              "segment.bytes": str(config["transaction.state.log.segment.bytes"])}
         self.max_timeout_ms = config["transaction.max.timeout.ms"]
@@ -85,11 +80,6 @@ class TransactionCoordinator:
         self.broker_clients = None  # BrokerClients in a cluster: markers to other brokers (set by ``attach``)
         self.broker_id = -1
         self._creating: set[str] = set()
-        self._loaded: set[int] = set()
-        self._loading: set[int] = set()
-        self._changes: dict[int, int] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._problems = Throttled(log)
 
@@ -142,60 +132,19 @@ class TransactionCoordinator:
                 return ErrorCode.coordinator_not_available
         return ErrorCode.none
 
-    def _owned(self) -> list[int]:
-        return [p for p in range(self.state_partitions)
-                if partition_owner(TRANSACTION_TOPIC, p, self.workers) == self.index]
-
     def start(self) -> None:
         """Replay the owned partitions (in the background) and arm the timeout check."""
-        loop = asyncio.get_running_loop()
-        if self.topics.get(TRANSACTION_TOPIC) is not None:
-            for p in self._owned():
-                if self._leads(TRANSACTION_TOPIC, p) or self._fenced(TRANSACTION_TOPIC, p):
-                    self._loading.add(p)
-                    self._spawn(self._load_async(p))
-        self._timer = loop.call_later(self.abort_check_s, self._check_timeouts)
-
-    def _spawn(self, coroutine) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _load_async(self, p: int) -> None:
-        change = self._changes.get(p, 0)
-        try:
-            for _ in self._replay(p):
-                await asyncio.sleep(0)
-                if self._changes.get(p, 0) != change:
-                    return
-        except Exception:
-            log.exception("loading %s-%d failed", TRANSACTION_TOPIC, p)
-        finally:
-            if self._changes.get(p, 0) == change:
-                self._loading.discard(p)
-                self._loaded.add(p)
-                self._resume(p)
+        self._load_led()
+        self._timer = asyncio.get_running_loop().call_later(self.abort_check_s, self._check_timeouts)
 
     def _replay(self, p: int):
         """Read the partition in order, the last value of each id winning; yields after each chunk."""
-        partition_log = self.partitions.log_of(TRANSACTION_TOPIC, p)
         found: dict[str, R.TxnLogValue | None] = {}
-        offset = partition_log.log_start_offset if partition_log is not None else 0
-        while partition_log is not None and offset < partition_log.written_offset:
-            try:
-                data = partition_log.read_records(max(offset, partition_log.log_start_offset), LOAD_CHUNK_BYTES)
-            except OffsetOutOfRangeError:
-                offset = partition_log.log_start_offset
-                continue
-            before = offset
-            for batch in iter_batches(data, allow_partial_tail=True):
+        for batches in self._chunks(p):
+            for batch in batches:
                 if not batch.header.is_control:
                     for record in batch.records:
                         self._apply(record.key, record.value, found)
-                offset = batch.header.next_offset
-            if offset <= before:
-                break
             yield
         for tid, value in found.items():
             if value is not None:
@@ -213,8 +162,8 @@ class TransactionCoordinator:
         except R.TransactionLogError as exc:
             self._problems.log(logging.WARNING, "decode", "skipping a record of %s: %s", TRANSACTION_TOPIC, exc)
 
-    def _resume(self, p: int) -> None:
-        """After a load: transactions whose outcome was decided get their markers."""
+    def _loaded_now(self, p: int) -> None:
+        """Transactions whose outcome was decided get their markers."""
         for md in list(self.txns.values()):
             if md.state in PREPARING and txn_partition(md.transactional_id, self.state_partitions) == p:
                 self._spawn(self._complete(md))
@@ -223,38 +172,21 @@ class TransactionCoordinator:
         """None-error when this worker coordinates the id and has it loaded."""
         if not transactional_id:
             return ErrorCode.invalid_request
-        p = txn_partition(transactional_id, self.state_partitions)
-        if self._closed or partition_owner(TRANSACTION_TOPIC, p, self.workers) != self.index:
-            return ErrorCode.not_coordinator
-        if not self._leads(TRANSACTION_TOPIC, p):
-            return (ErrorCode.coordinator_load_in_progress if self._fenced(TRANSACTION_TOPIC, p)
-                    else ErrorCode.not_coordinator)
-        if p in self._loading:
-            return ErrorCode.coordinator_load_in_progress
-        if p not in self._loaded:
-            if self.topics.get(TRANSACTION_TOPIC) is None:
-                return ErrorCode.coordinator_not_available  # FindCoordinator creates it
-            for _ in self._replay(p):
-                pass
-            self._loaded.add(p)
-            self._resume(p)
-        return ErrorCode.none
+        return self._check_partition(txn_partition(transactional_id, self.state_partitions))
 
     def leadership_changed(self, p: int, leading: bool) -> None:
-        """This broker started or stopped leading state partition ``p``: its ids
-        as cached here are dropped; a new leader replays it on first use and
-        finishes the transactions it finds decided."""
-        self._changes[p] = self._changes.get(p, 0) + 1
-        self._loading.discard(p)
-        self._loaded.discard(p)
-        for tid in [t for t in self.txns if txn_partition(t, self.state_partitions) == p]:
-            del self.txns[tid]
+        """This broker started or stopped leading state partition ``p``; a new
+        leader loads it at once, not on first use: a decided transaction needs
+        its markers, and an open one its timeout, whether its producer comes
+        back or not."""
+        super().leadership_changed(p, leading)
         if leading:
             log.info("coordinating the transactions of %s-%d", TRANSACTION_TOPIC, p)
-            # at once, not on first use: a decided transaction needs its markers, and an
-            # open one its timeout, whether its producer comes back or not
-            self._loading.add(p)
-            self._spawn(self._load_async(p))
+            self._load_in_background(p)
+
+    def _forget(self, p: int) -> None:
+        for tid in [t for t in self.txns if txn_partition(t, self.state_partitions) == p]:
+            del self.txns[tid]
 
     # --- writing a change ----------------------------------------------------------------
     async def _transition(self, md: TxnMetadata, new: TxnMetadata | None) -> ErrorCode:
