@@ -352,17 +352,9 @@ class GroupCoordinator(StatePartitions):
             return call.unanswered(error)
         if group is None:
             group = self._new_group(group_id)  # a "simple" group: offsets without membership
-        ts = now_ms()
-        results, pairs, values = [], [], []
-        for topic, partition, offset, epoch, metadata in call.partitions:
-            metadata = metadata or ""
-            if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                results.append(PartitionError(topic, partition, ErrorCode.offset_metadata_too_large))
-                continue
-            value = R.OffsetValue(offset, epoch, metadata, ts)
-            pairs.append((R.encode_offset_key(group_id, topic, partition), R.encode_offset_value(value)))
-            values.append((topic, partition, value))
-            results.append(PartitionError(topic, partition, ErrorCode.none))
+        results, values = _offset_values(call.partitions, now_ms())
+        pairs: list[tuple[bytes, bytes | None]] = [(R.encode_offset_key(group_id, t, p), R.encode_offset_value(v))
+                                                   for t, p, v in values]
         error, end_offset = self._append_at(group_id, pairs)
         if error == ErrorCode.none and pairs:
             error = await self._replicated(group_id, end_offset)
@@ -391,17 +383,9 @@ class GroupCoordinator(StatePartitions):
         if error != ErrorCode.none:
             return call.unanswered(error)
         ts = now_ms()
-        results, records, values = [], [], []
-        for topic, partition, offset, epoch, metadata in call.partitions:
-            metadata = metadata or ""
-            if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                results.append(PartitionError(topic, partition, ErrorCode.offset_metadata_too_large))
-                continue
-            value = R.OffsetValue(offset, epoch, metadata, ts)
-            records.append(Record(len(records), ts, R.encode_offset_key(group_id, topic, partition),
-                                  R.encode_offset_value(value)))
-            values.append((topic, partition, value))
-            results.append(PartitionError(topic, partition, ErrorCode.none))
+        results, values = _offset_values(call.partitions, ts)
+        records = [Record(i, ts, R.encode_offset_key(group_id, t, p), R.encode_offset_value(v))
+                   for i, (t, p, v) in enumerate(values)]
         if records:
             batch = encode_batch(records, producer_id=call.producer_id, producer_epoch=call.producer_epoch,
                                  transactional=True)
@@ -554,3 +538,17 @@ class GroupCoordinator(StatePartitions):
             self._expiry_timer.cancel()
         for group in self.groups.values():
             group.close(DEAD)
+
+
+def _offset_values(partitions, ts: int) -> tuple[list[PartitionError], list[tuple[str, int, R.OffsetValue]]]:
+    """An offset commit's ``(topic, partition, offset, leader epoch, metadata)``
+    rows: each one's outcome, and the values to write for those that may be."""
+    results, values = [], []
+    for topic, partition, offset, epoch, metadata in partitions:
+        metadata = metadata or ""
+        if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            results.append(PartitionError(topic, partition, ErrorCode.offset_metadata_too_large))
+            continue
+        values.append((topic, partition, R.OffsetValue(offset, epoch, metadata, ts)))
+        results.append(PartitionError(topic, partition, ErrorCode.none))
+    return results, values

@@ -10,10 +10,11 @@ from hpbroker.workers.owner_calls import OffsetCommit
 API_KEY = 8
 
 
-async def handle(ctx, header, request):
-    m = response_module(API_KEY, header.api_version)
+def known_offsets(ctx, topics) -> tuple[list[tuple], dict[tuple[str, int], ErrorCode]]:
+    """A commit's rows ``(topic, partition, offset, leader epoch, metadata)`` for
+    partitions that exist; the others answered UNKNOWN_TOPIC_OR_PARTITION."""
     known, results = [], {}
-    for t in request.topics:
+    for t in topics:
         info = ctx.topics.get(t.name)
         for p in t.partitions:
             if info is None or not 0 <= p.partition_index < info.partitions:
@@ -21,6 +22,12 @@ async def handle(ctx, header, request):
             else:
                 known.append((t.name, p.partition_index, p.committed_offset,
                               getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    return known, results
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    known, results = known_offsets(ctx, request.topics)
     if known:
         committed = await ctx.owners.ask(OffsetCommit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,

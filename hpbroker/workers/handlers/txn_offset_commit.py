@@ -3,7 +3,7 @@ group's coordinator after AddOffsetsToTxn; visible to the group only once
 the transaction commits.  v3+ carry the member id and generation (KIP-447),
 checked as OffsetCommit checks them."""
 
-from hpbroker.errors import ErrorCode
+from hpbroker.workers.handlers.offset_commit import known_offsets
 from hpbroker.workers.handlers.txn_common import for_version
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import TxnOffsetCommit
@@ -13,15 +13,7 @@ API_KEY = 28
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    known, results = [], {}
-    for t in request.topics:
-        info = ctx.topics.get(t.name)
-        for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
-                results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-            else:
-                known.append((t.name, p.partition_index, p.committed_offset,
-                              getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    known, results = known_offsets(ctx, request.topics)
     if known:
         committed = await ctx.owners.ask(TxnOffsetCommit(
             request.group_id, request.transactional_id, request.producer_id, request.producer_epoch,

@@ -288,22 +288,23 @@ class TransactionCoordinator(StatePartitions):
         return ProducerIdResult(ErrorCode.none, producer_id, 0)
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
-    def _producer_error(self, md: TxnMetadata | None, producer_id: int, epoch: int) -> ErrorCode:
-        if md is None or md.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
-        if md.producer_epoch != epoch:
-            return ErrorCode.producer_fenced
-        return ErrorCode.none
+    def _producer(self, call: AddTxnPartitions | EndTxn) -> tuple[ErrorCode, TxnMetadata | None]:
+        """The call's transactional id, checked to be coordinated here and to name
+        its current producer id and epoch: (error, its metadata when none)."""
+        error = self._check(call.transactional_id)
+        md = self.txns.get(call.transactional_id)
+        if error != ErrorCode.none:
+            return error, None
+        if md is None or md.producer_id != call.producer_id:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if md.producer_epoch != call.producer_epoch:
+            return ErrorCode.producer_fenced, None
+        return ErrorCode.none, md
 
     async def add_partitions(self, call: AddTxnPartitions) -> TxnPartitionsResult:
-        tid = call.transactional_id
-        error = self._check(tid)
-        md = self.txns.get(tid)
-        if error == ErrorCode.none:
-            error = self._producer_error(md, call.producer_id, call.producer_epoch)
-        if error != ErrorCode.none:
+        error, md = self._producer(call)
+        if md is None:
             return call.unanswered(error)
-        assert md is not None  # _producer_error answers an error without one
         if call.verify_only:
             ongoing = md.state is TxnState.ONGOING
             return TxnPartitionsResult(ErrorCode.none, [
@@ -324,14 +325,9 @@ class TransactionCoordinator(StatePartitions):
 
     # --- EndTxn ----------------------------------------------------------------------------------
     async def end_txn(self, call: EndTxn) -> Done:
-        tid = call.transactional_id
-        error = self._check(tid)
-        md = self.txns.get(tid)
-        if error == ErrorCode.none:
-            error = self._producer_error(md, call.producer_id, call.producer_epoch)
-        if error != ErrorCode.none:
+        error, md = self._producer(call)
+        if md is None:
             return Done(error)
-        assert md is not None  # _producer_error answers an error without one
         if md.busy:
             return Done(ErrorCode.concurrent_transactions)
         wanted = TxnState.COMPLETE_COMMIT if call.commit else TxnState.COMPLETE_ABORT
