@@ -96,7 +96,7 @@ def run_transactional(broker: Broker, topic: str, n: int, payload: bytes, per_tx
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--small-records", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
