@@ -21,7 +21,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "hpbroker"
 ALLOWED = {
     # the processes: a worker never reaches into the acceptor, the CLI never into a worker
     "acceptor": {"cluster", "kernels", "records", "server", "shared", "storage", "workers"},
-    "cli": {"acceptor", "cluster", "kernels", "records", "server", "spark", "storage", "zkconsumer"},
+    # (``protocol``: the requests confluent-kafka's admin client cannot make, sent as frames)
+    "cli": {"acceptor", "cluster", "kernels", "protocol", "records", "server", "spark", "storage", "zkconsumer"},
     "server": {"storage"},
     # the memory the acceptor shares with its workers (it finds a partition's owner by the server's rule)
     "shared": {"server"},
