@@ -632,3 +632,40 @@ def _facts(**overrides) -> BatchFacts:
 ])
 def test_batch_verdicts(facts, keep_empty, expected):
     assert verdict(facts, T0, keep_empty) is expected
+
+
+def test_a_kafka_emptied_transactional_header_loses_its_bit_and_its_marker_is_dropped_safely(tmp_path):
+    """Kafka's cleaner leaves an emptied data batch's header with its
+    transactional bit (writeEmptyHeader).  hpbroker's, meeting such a header
+    in a directory Kafka cleaned, strips the bit (the header holds no record
+    of the transaction) before dropping the marker: a replay from the log
+    start must never find that transaction open."""
+    from hpbroker.kernels import layout
+    from hpbroker.records import encode_control_batch
+    from hpbroker.storage import batch_filter
+    from hpbroker.storage.log import ORIGIN_COORDINATOR
+
+    config = compact_config(delete_retention_ms=1000)
+    log = open_log(tmp_path / "c-0", config)
+    log.append(keyed([(b"a", b"1")], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True))
+    log.append(encode_control_batch(1, producer_id=7, producer_epoch=0, coordinator_epoch=0, timestamp=T0),
+               origin=ORIGIN_COORDINATOR)
+    log.append(keyed([(b"b", b"2")]))
+    log.append(keyed([(b"a", b"3")]))  # supersedes the transaction's only record
+    log.roll()
+    kafka_keeps = layout.TIMESTAMP_TYPE_BIT | layout.TRANSACTIONAL_BIT
+    original, batch_filter._EMPTY_DATA_KEEPS = batch_filter._EMPTY_DATA_KEEPS, kafka_keeps
+    try:
+        cleaner.clean_log(log, T0)  # as Kafka's cleaner would have left it
+    finally:
+        batch_filter._EMPTY_DATA_KEEPS = original
+    assert read_batches(log)[0].header.is_transactional and not read_batches(log)[0].records
+    cleaner.clean_log(log, T0 + 2000)
+    batches = read_batches(log)
+    assert not batches[0].header.is_transactional and not [b for b in batches if b.header.is_control]
+    log.close()
+    for snapshot in (tmp_path / "c-0").glob("*.snapshot"):
+        snapshot.unlink()  # a replica rebuilt from the log start
+    again = open_log(tmp_path / "c-0", config)
+    assert again.last_stable_offset == again.high_watermark
+    again.close()

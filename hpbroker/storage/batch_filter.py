@@ -41,6 +41,7 @@ which batches were aborted, from the segments' ``.txnindex``):
   hold data (``BatchFilter`` is used for one pass, group after group).
 """
 
+import bisect
 import struct
 from dataclasses import dataclass
 from enum import Enum
@@ -68,9 +69,13 @@ class AbortedTransactions:
     with a base offset between an abort's first offset and its marker."""
 
     def __init__(self, aborted=()):
-        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        # per producer, its aborts' (first offsets, marker offsets), sorted: one producer's
+        # transactions follow each other, so the ranges do not overlap
+        ranges: dict[int, list[tuple[int, int]]] = {}
         for a in aborted:
-            self._by_producer.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+            ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        self._by_producer = {pid: ([f for f, _ in sorted(r)], [last for _, last in sorted(r)])
+                             for pid, r in ranges.items()}
 
     def of(self, scan) -> np.ndarray:
         """Per batch of ``scan``: it is an aborted transaction's data batch."""
@@ -82,8 +87,9 @@ class AbortedTransactions:
         pids, bases = scan.producer_id[transactional].tolist(), scan.base_offset[transactional].tolist()
         for i, pid, base in zip(transactional.tolist(), pids, bases):
             ranges = self._by_producer.get(pid)
-            if ranges and any(first <= base <= last for first, last in ranges):
-                found[i] = True
+            if ranges:
+                j = bisect.bisect_right(ranges[0], base) - 1
+                found[i] = j >= 0 and base <= ranges[1][j]
         return found
 
 
@@ -302,8 +308,11 @@ class BatchFilter:
         if was_aborted:
             return Verdict.EMPTY if keep_empty else Verdict.DROP
         v = verdict(batch, self.now, keep_empty)
-        if attributes & layout.TRANSACTIONAL_BIT and batch.kept and v is not Verdict.DROP:
-            self._holding_data.add(batch.producer_id)
+        if attributes & layout.TRANSACTIONAL_BIT:
+            if v is Verdict.COPY and batch.record_count == 0:
+                v = Verdict.EMPTY  # an empty header as Kafka's cleaner leaves them: its transactional bit goes
+            if v in (Verdict.COPY, Verdict.FILTER, Verdict.HORIZON):
+                self._holding_data.add(batch.producer_id)
         return v
 
 

@@ -396,6 +396,9 @@ def _txn_guard(found: Partition, records, verified: int) -> AppendResult | None:
     if len(records) < _PRODUCER_AT + _PRODUCER.size:
         return None  # the log refuses the batch itself
     producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    entry = found.log.producer_state.entry(producer_id)
+    if entry is not None and epoch < entry.producer_epoch:
+        return None  # a fenced producer: the log answers INVALID_PRODUCER_EPOCH, the error it must see
     if verified:
         if txn_guard_holds(found, producer_id, epoch, verified):
             return None

@@ -28,6 +28,7 @@ from hpbroker.storage import OffsetOutOfRangeError
 log = logging.getLogger(__name__)
 
 LOAD_CHUNK_BYTES = 1 << 20
+LOAD_RETRY_S = (1.0, 30.0)  # a failed replay is tried again after this, doubling, capped
 
 
 class StatePartitions:
@@ -86,7 +87,7 @@ class StatePartitions:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _load_async(self, p: int) -> None:
+    async def _load_async(self, p: int, failures: int = 0) -> None:
         change = self._changes.get(p, 0)
         try:
             for _ in self._replay(p):
@@ -94,12 +95,19 @@ class StatePartitions:
                 if self._changes.get(p, 0) != change:
                     return  # leadership changed meanwhile: what was applied is dropped, and it is replayed afresh
         except Exception:
-            log.exception("loading %s-%d failed", self.topic, p)
-        finally:
-            if self._changes.get(p, 0) == change:
-                self._loading.discard(p)
-                self._loaded.add(p)
-                self._loaded_now(p)
+            # half a state is worse than none (a decided transaction never finished, an open one
+            # never timed out): its keys stay "loading", and the whole replay is tried again
+            delay = min(LOAD_RETRY_S[0] * 2 ** failures, LOAD_RETRY_S[1])
+            log.exception("loading %s-%d failed; trying again in %g s", self.topic, p, delay)
+            self._forget(p)
+            await asyncio.sleep(delay)
+            if self._changes.get(p, 0) == change and not self._closed:
+                self._spawn(self._load_async(p, failures + 1))
+            return
+        if self._changes.get(p, 0) == change:
+            self._loading.discard(p)
+            self._loaded.add(p)
+            self._loaded_now(p)
 
     def _chunks(self, p: int):
         """Partition ``p``'s batches from its log start, one chunk at a time."""

@@ -32,8 +32,9 @@ from hpbroker.records.control import parse_control_record
 from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC, group_partition, txn_partition
 from hpbroker.storage import Log
 from hpbroker.varint import decode_uvarint
+from hpbroker.workers import state_partitions
 from hpbroker.workers.handlers import ROUTES
-from hpbroker.workers.owner_calls import AppendResult
+from hpbroker.workers.owner_calls import AddTxnPartitions, AppendResult, TxnOffsetCommit, WriteMarker
 from hpbroker.workers.transactions import (
     TransactionCoordinator,
     coordinator as coordinator_module,
@@ -959,3 +960,100 @@ def test_the_markers_wait_is_bounded(broker, monkeypatch):
     broker.settle(lambda: broker.state("tx") is TxnState.COMPLETE_COMMIT, "the markers retried")
     assert markers_of(broker, "t")[0][3] == "COMMIT"
 
+
+
+# --- races a review found -----------------------------------------------------------------
+def test_an_abort_during_the_offsets_replication_wait_drops_them(broker):
+    """The offsets are pending from their append: an ABORT marker that reaches
+    the offsets partition while TxnOffsetCommit waits for the replicas (a
+    follower fetch, in a cluster) drops them, rather than finding nothing and
+    leaving them pending for good (and applied by the next instance's commit)."""
+    producer = ongoing(broker, "tx", ("t", 0))
+    assert add_offsets(broker, "tx", producer.producer_id, producer.epoch, "g") == "none"
+    groups = broker.groups
+    real = groups._replicated
+
+    async def slow_replicated(group_id, end_offset):
+        broker.transactions.abort_timed_out(now_ms() + TIMEOUT_MS + 10)  # its timeout, meanwhile
+        while broker.state("tx") is not TxnState.COMPLETE_ABORT:
+            await asyncio.sleep(0.001)
+        return await real(group_id, end_offset)
+
+    groups._replicated = slow_replicated
+    call = TxnOffsetCommit("g", "tx", producer.producer_id, producer.epoch, -1, "", None, [("t", 0, 42, -1, "m")])
+    try:
+        broker.run(groups.txn_offset_commit(call))
+    finally:
+        groups._replicated = real
+    assert not groups.offsets.is_pending("g", "t", 0)
+    new = Producer(broker, "tx")
+    assert new.init() == "none"
+    assert new.add(("t", 1)) == {("t", 1): "none"}
+    assert add_offsets(broker, "tx", new.producer_id, new.epoch, "g") == "none"
+    assert txn_offset_commit(broker, "tx", "g", new.producer_id, new.epoch, {("t", 1): 7}) == {("t", 1): "none"}
+    assert new.end(commit=True) == "none"
+    assert committed_offsets(broker, "g", [("t", 0), ("t", 1)], require_stable=True) == {
+        ("t", 0): (-1, "none"), ("t", 1): (7, "none")}
+
+
+def test_a_marker_during_the_offsets_partitions_replay_is_met_by_the_replay(broker, monkeypatch):
+    """A marker written to an offsets partition while it is being replayed is
+    left to the replay, which meets it in its place: settled at once, it would
+    drop (or apply) the pending offsets of a transaction whose own marker the
+    replay has not read yet."""
+    p = group_partition("g", OFFSETS_PARTITIONS)
+    producer = ongoing(broker, "tx", ("t", 0))
+    assert add_offsets(broker, "tx", producer.producer_id, producer.epoch, "g") == "none"
+    assert txn_offset_commit(broker, "tx", "g", producer.producer_id, producer.epoch, {("t", 0): 10}) == {
+        ("t", 0): "none"}
+    assert producer.end(commit=True) == "none"
+    assert producer.add(("t", 1)) == {("t", 1): "none"}
+    assert add_offsets(broker, "tx", producer.producer_id, producer.epoch, "g") == "none"
+    assert txn_offset_commit(broker, "tx", "g", producer.producer_id, producer.epoch, {("t", 1): 20}) == {
+        ("t", 1): "none"}
+    monkeypatch.setattr(state_partitions, "LOAD_CHUNK_BYTES", 1)  # one batch per chunk: a boundary anywhere
+    groups, pid = broker.groups, producer.producer_id
+
+    async def reload_with_a_marker_in_between():
+        groups.leadership_changed(p, False)  # replayed afresh, as after a restart
+        groups._load_in_background(p)
+        while ("g", "t", 0) not in groups.offsets._pending.get(pid, {}):
+            await asyncio.sleep(0)  # the replay has read the first transaction's offsets, not its marker
+        written = broker.partitions.write_marker(WriteMarker(OFFSETS_TOPIC, p, pid, producer.epoch + 1, 0, False))
+        assert written.error == ErrorCode.none  # the second transaction aborted meanwhile
+        while p in groups._loading:
+            await asyncio.sleep(0)
+
+    broker.run(reload_with_a_marker_in_between())
+    assert committed_offsets(broker, "g", [("t", 0), ("t", 1)], require_stable=True) == {
+        ("t", 0): (10, "none"), ("t", 1): (-1, "none")}
+
+
+def test_an_id_used_again_as_it_expires_is_not_forgotten(make_txn_broker):
+    """The expiry's tombstone is written only if the id is still what the
+    check saw: a call handled in between keeps it (and its transaction) alive
+    in the log too, so a restart still knows it."""
+    broker = make_txn_broker(overrides={"transactional.id.expiration.ms": 1000})
+    broker.create_topic("t")
+    find(broker, 3, "tx")
+    producer = ongoing(broker, "tx", ("t", 0))
+    assert producer.end(commit=True) == "none"
+    coordinator = broker.transactions
+
+    async def race():
+        add = asyncio.get_running_loop().create_task(
+            coordinator.add_partitions(AddTxnPartitions("tx", producer.producer_id, producer.epoch, [("t", 0)])))
+        coordinator.abort_timed_out(now_ms() + 2000)  # the periodic check, with the call queued
+        answer = await add
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return answer
+
+    assert broker.run(race()).error == ErrorCode.none
+    assert broker.state("tx") is TxnState.ONGOING
+    assert producer.send(("t", 0, [b"x"])) == {("t", 0): "none"}
+    broker.close()
+    again = make_txn_broker(log_dir=broker.log_dir)
+    again.settle(lambda: not again.transactions._loading)
+    assert again.state("tx") is TxnState.ONGOING
+    assert again.abort_timed_out(now_ms() + 10 * TIMEOUT_MS) == 1  # so its timeout still ends it

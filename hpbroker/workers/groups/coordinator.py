@@ -172,8 +172,11 @@ class GroupCoordinator(StatePartitions):
 
     def transaction_ended(self, p: int, producer_id: int, commit: bool) -> None:
         """A marker was written to offsets partition ``p``: the offsets the
-        producer's transaction committed to its groups take effect, or go."""
-        self.offsets.complete(producer_id, commit, self._in_partition(p))
+        producer's transaction committed to its groups take effect, or go.
+        While ``p`` is being replayed the replay meets the marker itself, in
+        its place in the log: settled now, it would meet a half-read pending set."""
+        if p not in self._loading:
+            self.offsets.complete(producer_id, commit, self._in_partition(p))
 
     def _check(self, group_id, allow_empty: bool = False) -> ErrorCode:
         """None-error when this worker coordinates ``group_id`` and has it loaded.
@@ -393,6 +396,11 @@ class GroupCoordinator(StatePartitions):
             appended = self.partitions.append_local(OFFSETS_TOPIC, p, bytearray(batch))
             error = appended.error
             if error == ErrorCode.none:
+                # pending from the moment they are in the log, as a replay would find them: a
+                # marker that comes while the replicas catch up settles them like any other
+                first = appended.end_offset - len(values)
+                for i, (topic, partition, value) in enumerate(values):
+                    self.offsets.put_pending(call.producer_id, group_id, topic, partition, value, first + i)
                 error = await self._replicated(group_id, appended.end_offset)
             elif error == ErrorCode.not_leader_or_follower:
                 error = ErrorCode.not_coordinator
@@ -402,9 +410,6 @@ class GroupCoordinator(StatePartitions):
                 error = ErrorCode.coordinator_not_available
             if error != ErrorCode.none:
                 return call.unanswered(error)
-            first = appended.end_offset - len(values)
-            for i, (topic, partition, value) in enumerate(values):
-                self.offsets.put_pending(call.producer_id, group_id, topic, partition, value, first + i)
         return CommittedOffsets(ErrorCode.none, results)
 
     async def _verified(self, call: TxnOffsetCommit) -> ErrorCode:

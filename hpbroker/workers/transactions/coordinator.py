@@ -193,6 +193,8 @@ class TransactionCoordinator(StatePartitions):
         """Write ``new`` (None: forget the id) for ``md``'s id; once written, it is the id's state."""
         tid = md.transactional_id
         p = txn_partition(tid, self.state_partitions)
+        if self.txns.get(tid) is not md or md.busy:
+            return ErrorCode.concurrent_transactions  # changed since its caller looked: nothing written
         md.busy = True
         try:
             value = None if new is None else R.encode_value(new.value())
@@ -276,6 +278,9 @@ class TransactionCoordinator(StatePartitions):
             return ProducerIdResult(ErrorCode.coordinator_not_available)
         finally:
             self._creating.discard(tid)
+        error = self._check(tid)  # the partition may have moved, or be loading again, meanwhile
+        if error != ErrorCode.none:
+            return ProducerIdResult(error)
         if tid in self.txns:
             return ProducerIdResult(ErrorCode.concurrent_transactions)
         now = now_ms()
@@ -373,26 +378,37 @@ class TransactionCoordinator(StatePartitions):
         while True:
             if self.txns.get(tid) is not md or self._closed:
                 return
-            if pending:
-                failed = await self._send_markers(md, pending, epoch, commit)
-                if any(error == ErrorCode.transaction_coordinator_fenced for _key, error in failed):
-                    log.warning("markers of %r refused: a newer coordinator has taken over", tid)
-                    return
-                # a partition that knows a newer epoch of the producer has no open transaction of
-                # this one to end (Kafka's coordinator drops such a marker too)
-                pending = [key for key, error in failed if error != ErrorCode.invalid_producer_epoch]
-                if failed:
-                    self._problems.log(logging.WARNING, ("markers", tid), "markers of %r: %d partition(s) not "
-                                       "written yet (%s); retrying", tid, len(pending), ErrorCode(failed[0][1]).name)
-            if not pending:
-                done = md.moved(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                                partitions=frozenset(), last_update_ms=now_ms())
-                if self.txns.get(tid) is not md:
-                    return
-                if await self._transition(md, done) == ErrorCode.none:
-                    return
+            try:
+                pending = await self._completion_round(md, pending, epoch, commit)
+            except Exception:  # a bug: the transaction must still end, so on it goes
+                log.exception("completing the transaction of %r failed; retrying", tid)
+            if pending is None:
+                return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MARKER_BACKOFF_S[1])
+
+    async def _completion_round(self, md: TxnMetadata, pending: list, epoch: int, commit: bool) -> list | None:
+        """One round of ``_complete``: the partitions still without their marker,
+        or None when it is over (complete, or no longer this coordinator's)."""
+        tid = md.transactional_id
+        if pending:
+            failed = await self._send_markers(md, pending, epoch, commit)
+            if any(error == ErrorCode.transaction_coordinator_fenced for _key, error in failed):
+                log.warning("markers of %r refused: a newer coordinator has taken over", tid)
+                return None
+            # a partition that knows a newer epoch of the producer has no open transaction of
+            # this one to end (Kafka's coordinator drops such a marker too)
+            pending = [key for key, error in failed if error != ErrorCode.invalid_producer_epoch]
+            if failed:
+                self._problems.log(logging.WARNING, ("markers", tid), "markers of %r: %d partition(s) not "
+                                   "written yet (%s); retrying", tid, len(pending), ErrorCode(failed[0][1]).name)
+        if pending:
+            return pending
+        if self.txns.get(tid) is not md:
+            return None
+        done = md.moved(state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                        partitions=frozenset(), last_update_ms=now_ms())
+        return None if await self._transition(md, done) == ErrorCode.none else pending
 
     async def _send_markers(self, md: TxnMetadata, partitions: list, epoch: int,
                             commit: bool) -> list[tuple[tuple[str, int], ErrorCode]]:
@@ -470,8 +486,15 @@ class TransactionCoordinator(StatePartitions):
                 aborted += 1
             elif (md.state in COMPLETE or md.state is TxnState.EMPTY) and \
                     now - md.last_update_ms >= self.id_expiration_ms:
-                self._spawn(self._transition(md, None))
+                self._spawn(self._expire(md))
         return aborted
+
+    async def _expire(self, md: TxnMetadata) -> None:
+        """Forget an id unused for ``transactional.id.expiration.ms``, if it still
+        is when the tombstone is written (``_transition`` checks it is unchanged)."""
+        if md.state in COMPLETE or md.state is TxnState.EMPTY:
+            if await self._transition(md, None) == ErrorCode.none:
+                log.info("transactional id %r expired", md.transactional_id)
 
     def close(self) -> None:
         """Stopping: no new calls; the marker senders stop where they are (a

@@ -3,13 +3,18 @@ workers and brokers.
 
 * ``write_here``: markers for partitions this broker leads, each written by
   its owning worker and answered once replicated (Kafka writes markers with
-  acks=all: a marker a new leader lacks would leave its transaction open).
+  acks=all: a marker a new leader lacks would leave its transaction open);
+  ``replicated`` is its second half, for a caller that answers it later.
 * ``write_there``: the same for partitions another broker leads, as Kafka's
   WriteTxnMarkers request to that broker, which answers them with
   ``write_here``.
 * ``verify``: whether partitions are in a producer's ongoing transaction,
   asked of the transactional id's coordinator, on this broker (an owner call)
   or on another (AddPartitionsToTxn v4, ``verify_only``).
+
+Markers and verifications go to another broker on connections of their own
+(``lane``): a marker waiting for a slow replica must not hold up a produce's
+verification behind it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from hpbroker.errors import ErrorCode
 from hpbroker.workers.broker_clients import BrokerUnreachable
 from hpbroker.workers.owner_calls import (
     AddTxnPartitions,
+    AppendResult,
     PartitionError,
     TxnPartitionsResult,
     WaitReplicated,
@@ -41,9 +47,12 @@ REMOTE_TIMEOUT_S = 35.0
 
 async def write_here(owners, markers: list[WriteMarker], timeout_ms: int = REPLICATION_TIMEOUT_MS) -> list[ErrorCode]:
     """Each marker's error: none once written and replicated."""
-    if not markers:
-        return []
-    results = await owners.ask_all(markers)
+    return await replicated(owners, markers, await owners.ask_all(markers) if markers else [], timeout_ms)
+
+
+async def replicated(owners, markers: list[WriteMarker], results: list[AppendResult],
+                     timeout_ms: int = REPLICATION_TIMEOUT_MS) -> list[ErrorCode]:
+    """Each written marker's error once its replicas have it (``results``: what the writes answered)."""
     errors = [r.error for r in results]
     waiting: dict[int, list[int]] = {}
     for i, (marker, result) in enumerate(zip(markers, results)):
@@ -73,7 +82,7 @@ async def write_there(clients, broker_id: int, markers: list[WriteMarker]) -> li
         topics=tuple(WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=tuple(i32(p) for p in ps))
                      for t, ps in by_topic.items())),))
     try:
-        response = await clients.send(broker_id, request, REMOTE_TIMEOUT_S)
+        response = await clients.send(broker_id, request, REMOTE_TIMEOUT_S, lane="markers")
     except BrokerUnreachable:
         return [ErrorCode.not_leader_or_follower] * len(markers)  # retried once the image says more
     found = {(t.name, int(p.partition_index)): p.error_code for answer in response.markers for t in answer.topics
@@ -97,7 +106,7 @@ async def verify(ctx, call: AddTxnPartitions) -> TxnPartitionsResult:
         topics=tuple(AddPartitionsToTxnTopic(name=TopicName(t), partitions=tuple(i32(p) for p in ps))
                      for t, ps in by_topic.items())),))
     try:
-        response = await ctx.transactions.broker_clients.send(where, request, REMOTE_TIMEOUT_S)
+        response = await ctx.transactions.broker_clients.send(where, request, REMOTE_TIMEOUT_S, lane="verify")
     except BrokerUnreachable:
         return call.unanswered(ErrorCode.coordinator_not_available)
     if response.error_code != ErrorCode.none:
