@@ -176,3 +176,28 @@ class _Columns:
         self.last_offset = [0]
         self.max_timestamp = [T0]
         self.attributes = [TRANSACTIONAL_BIT if transactional else 0]
+
+
+def test_the_coordinator_epoch_of_a_marker_is_known_on_every_path(tmp_path):
+    """The leader's append, a follower's copy and a replay without snapshots
+    all learn the coordinator epoch from the marker itself, so a marker of a
+    coordinator that has since been succeeded can be told apart wherever the
+    partition is led next."""
+    leader = open_log(tmp_path / "leader")
+    leader.append(data(1, transactional=True))
+    leader.append(encode_control_batch(COMMIT, producer_id=PID, producer_epoch=0, coordinator_epoch=7,
+                                       timestamp=T0), origin=ORIGIN_COORDINATOR)
+    entry = leader.producer_state.entry(PID)
+    assert entry is not None and entry.coordinator_epoch == 7
+    follower = open_log(tmp_path / "follower")
+    follower.append_as_follower(leader.read_records(0, 1 << 20))
+    entry = follower.producer_state.entry(PID)
+    assert entry is not None and entry.coordinator_epoch == 7
+    leader.close()
+    for snapshot in (tmp_path / "leader" / "events-0").glob("*.snapshot"):
+        snapshot.unlink()
+    replayed = open_log(tmp_path / "leader")
+    entry = replayed.producer_state.entry(PID)
+    assert entry is not None and entry.coordinator_epoch == 7
+    replayed.close()
+    follower.close()

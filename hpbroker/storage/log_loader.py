@@ -160,7 +160,8 @@ def replay_producer_state(producer_state: ProducerStateManager, segments: Iterab
 
 def aborts_among(producer_state: ProducerStateManager, buf, markers: dict[int, int], name: str) -> list[AbortedTxn]:
     """The transactions the producer state just ended (taken from it) that their
-    markers abort; ``markers`` maps a marker's offset to its position in ``buf``.
+    markers abort (and each producer's coordinator epoch, from its marker);
+    ``markers`` maps a marker's offset to its position in ``buf``.
     A marker that cannot be read is already in the log: it is logged, and
     indexes nothing."""
     aborted = []
@@ -169,11 +170,16 @@ def aborts_among(producer_state: ProducerStateManager, buf, markers: dict[int, i
         if position is None:
             continue
         try:
-            is_abort = control.marker_at(buf, position).is_abort
+            marker = control.marker_at(buf, position)
         except CorruptRecordError as exc:
             log.error("%s: a control batch without a readable marker: %s", name, exc)
             continue
-        if is_abort:
+        # the coordinator epoch a later marker must not be older than (a succeeded coordinator's
+        # is refused): known on every path a marker comes by, a follower's and a replay's too
+        entry = producer_state.entry(txn.producer_id)
+        if entry is not None:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+        if marker.is_abort:
             aborted.append(AbortedTxn(*txn))
     return aborted
 
