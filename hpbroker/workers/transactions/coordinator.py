@@ -10,11 +10,11 @@ markers are being sent, other calls for the id are answered
 CONCURRENT_TRANSACTIONS, which every client retries.
 
 Ending a transaction: EndTxn writes PrepareCommit/PrepareAbort, then a COMMIT
-or ABORT marker goes to every partition of the transaction through its
-owning worker (``WriteMarker``, retried until written), then
-CompleteCommit/CompleteAbort.  The decision is taken when the Prepare state
-is written: a coordinator that restarts after it finishes sending the
-markers.  EndTxn is answered once the markers are written (or after
+or ABORT marker goes to every partition of the transaction (``markers.py``:
+through its owning worker here, or as WriteTxnMarkers to the broker leading
+it; retried until written), then CompleteCommit/CompleteAbort.  The decision
+is taken when the Prepare state is written: a coordinator that starts after
+that (a restart, a new leader of the state partition) sends the markers.  EndTxn is answered once the markers are written (or after
 ``MARKERS_WAIT_S``, when they go on in the background), so a producer's next
 transaction rarely meets CONCURRENT_TRANSACTIONS.
 
@@ -96,16 +96,10 @@ class TransactionCoordinator(StatePartitions):
     def coordinator_broker(self, transactional_id: str) -> int | None:
         """Where the id's coordinator is: None for this broker, a broker id, or
         -1 when its state partition has no leader now."""
-        if not self._in_cluster():
-            return None
-        assert self.cluster is not None  # _in_cluster
-        found = self.cluster.partition(TRANSACTION_TOPIC, txn_partition(transactional_id, self.state_partitions))
-        if found.error != ErrorCode.none:
-            return -1
-        return None if found.leader == self.broker_id else found.leader
+        return self._leader_of(TRANSACTION_TOPIC, txn_partition(transactional_id, self.state_partitions))
 
     def _leader_of(self, topic: str, partition: int) -> int | None:
-        """The broker leading a partition of a transaction: None for this one, -1 for none now."""
+        """The broker leading a partition: None for this one, -1 for none now."""
         if not self._in_cluster():
             return None
         assert self.cluster is not None  # _in_cluster
