@@ -14,9 +14,10 @@ or ABORT marker goes to every partition of the transaction (``markers.py``:
 through its owning worker here, or as WriteTxnMarkers to the broker leading
 it; retried until written), then CompleteCommit/CompleteAbort.  The decision
 is taken when the Prepare state is written: a coordinator that starts after
-that (a restart, a new leader of the state partition) sends the markers.  EndTxn is answered once the markers are written (or after
-``MARKERS_WAIT_S``, when they go on in the background), so a producer's next
-transaction rarely meets CONCURRENT_TRANSACTIONS.
+that (a restart, a new leader of the state partition) sends the markers.
+EndTxn is answered once the markers are written (or after ``MARKERS_WAIT_S``,
+when they go on in the background), so a producer's next transaction rarely
+meets CONCURRENT_TRANSACTIONS.
 
 A transaction open longer than its timeout is aborted, and its producer
 fenced with a new epoch; a transactional id unused for
