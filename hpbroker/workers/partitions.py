@@ -211,7 +211,7 @@ class Partitions:
             return result
         found.txn_guards.pop(call.producer_id, None)
         written = found.log.producer_state.entry(call.producer_id)
-        if written is not None:  # the marker's record holds it too; the log's replay does not read it
+        if written is not None:  # as the log learns it from a marker that ends a transaction, and from any other
             written.coordinator_epoch = max(written.coordinator_epoch, call.coordinator_epoch)
         if self.on_marker is not None:
             self.on_marker(call.topic, call.partition, call.producer_id, call.commit)

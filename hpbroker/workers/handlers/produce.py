@@ -54,11 +54,7 @@ async def _verified(ctx, work, results, acks: int, transactional_id: str | None)
     waiting = [i for i, r in enumerate(results) if r.verify]
     first = work[waiting[0]][2]
     producer_id, epoch = _PRODUCER.unpack_from(first, _PRODUCER_AT)
-    if transactional_id is None:
-        for i in waiting:
-            results[i] = AppendResult(ErrorCode.invalid_txn_state, message="a transactional batch in a produce "
-                                      "request without a transactional id")
-        return
+    assert transactional_id is not None  # handle() refuses transactional records without one
     verdict = await markers.verify(ctx, AddTxnPartitions(transactional_id, producer_id, epoch,
                                                          [(work[i][0], work[i][1]) for i in waiting],
                                                          verify_only=True))
