@@ -143,6 +143,24 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
     return header
 
 
+_ATTRIBUTES_LOW = layout.ATTRIBUTES + 1  # the attributes are a big-endian int16: the flags sit in its low byte
+_PRODUCER = struct.Struct(">qh")  # producer id and epoch, adjacent in the header
+
+
+def first_is_transactional(buf) -> bool:
+    """The first batch of ``buf`` is a v2 batch with the transactional bit: a
+    byte test, cheap enough for every produce."""
+    return (buf is not None and len(buf) > _ATTRIBUTES_LOW and buf[layout.MAGIC] == 2
+            and bool(buf[_ATTRIBUTES_LOW] & layout.TRANSACTIONAL_BIT))
+
+
+def first_producer(buf) -> tuple[int, int] | None:
+    """(producer id, epoch) of the first batch of ``buf``; None when its header is cut short."""
+    if len(buf) < layout.PRODUCER_ID + _PRODUCER.size:
+        return None
+    return _PRODUCER.unpack_from(buf, layout.PRODUCER_ID)
+
+
 def compute_crc(buf, pos: int = 0, size: int | None = None) -> int:
     """CRC-32C of the batch at ``pos`` as Kafka computes it: bytes [21, end)."""
     if size is None:

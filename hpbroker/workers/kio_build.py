@@ -33,3 +33,11 @@ def make(cls, **values):
 
 
 NO_THROTTLE = datetime.timedelta(0)
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def millis(delta: datetime.timedelta) -> int:
+    """A kio duration (an int32/int64 of milliseconds on the wire) as that integer,
+    exactly: ``total_seconds() * 1000`` in floating point loses a millisecond
+    for many values."""
+    return delta // _MS

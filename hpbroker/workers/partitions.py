@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -34,7 +33,7 @@ import msgspec.structs
 
 from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
-from hpbroker.kernels.layout import TRANSACTIONAL_BIT
+from hpbroker.records.batch import first_is_transactional, first_producer
 from hpbroker.records.control import ABORT, COMMIT, encode_control_batch
 from hpbroker.storage import LogManager, filenames
 from hpbroker.storage.log import ORIGIN_COORDINATOR
@@ -174,7 +173,7 @@ class Partitions:
         if isinstance(found, ErrorCode):
             return AppendResult(found)
         records = call.records
-        if len(records) > _ATTRIBUTES_LOW and records[_MAGIC] == 2 and records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT:
+        if first_is_transactional(records):
             unverified = _txn_guard(found, records, call.verified)
             if unverified is not None:
                 return unverified
@@ -354,10 +353,6 @@ class Partitions:
         self.logs.tick(now_ms())
 
 
-# a v2 batch header: magic at byte 16, the attributes' low byte at 22, producer id and epoch at 43
-_MAGIC, _ATTRIBUTES_LOW = 16, 22
-_PRODUCER = struct.Struct(">qh")
-_PRODUCER_AT = 43
 _MAX_GUARDS = 10_000
 _guards = itertools.count(1)
 
@@ -393,9 +388,10 @@ def _txn_guard(found: Partition, records, verified: int) -> AppendResult | None:
     coordinator confirmed the partition is in it under a guard no marker has
     ended since); otherwise the answer asking the caller to verify first, or
     INVALID_TXN_STATE when the transaction ended after the confirmation."""
-    if len(records) < _PRODUCER_AT + _PRODUCER.size:
+    producer = first_producer(records)
+    if producer is None:
         return None  # the log refuses the batch itself
-    producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_AT)
+    producer_id, epoch = producer
     entry = found.log.producer_state.entry(producer_id)
     if entry is not None and epoch < entry.producer_epoch:
         return None  # a fenced producer: the log answers INVALID_PRODUCER_EPOCH, the error it must see

@@ -2,10 +2,8 @@
 watermark); whole segments below it are deleted by its owner, and the answer
 waits (up to the request's timeout) until every in-sync replica moved too."""
 
-import datetime
-
 from hpbroker.workers.handlers.per_partition import ask_each, by_topic
-from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.kio_build import NO_THROTTLE, make, millis, response_module
 from hpbroker.workers.owner_calls import DeleteRecords
 
 API_KEY = 21
@@ -13,7 +11,7 @@ API_KEY = 21
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    timeout_ms = request.timeout // datetime.timedelta(milliseconds=1)  # exact, unlike float seconds
+    timeout_ms = millis(request.timeout)
     work = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
     results = await ask_each(ctx, work, lambda topic, partition, offset: DeleteRecords(topic, partition, offset,
                                                                                         timeout_ms))

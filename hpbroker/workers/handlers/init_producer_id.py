@@ -6,26 +6,24 @@ transactional id's producer id and epoch come from its transaction
 coordinator, which fences the previous instance.
 """
 
-import datetime
 import logging
 
 from hpbroker.cluster.admin import AdminError
 from hpbroker.errors import ErrorCode
 from hpbroker.workers.handlers.txn_common import for_version
-from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
+from hpbroker.workers.kio_build import NO_THROTTLE, make, millis, response_module
 from hpbroker.workers.owner_calls import InitTxnProducer
 
 API_KEY = 22
 log = logging.getLogger(__name__)
 _MAX_EPOCH = 32767
-_MS = datetime.timedelta(milliseconds=1)  # the int32 as sent: a float of seconds would lose a millisecond
 
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     if request.transactional_id is not None:
         got = await ctx.owners.ask(InitTxnProducer(
-            request.transactional_id, request.transaction_timeout // _MS,
+            request.transactional_id, millis(request.transaction_timeout),
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)))
         return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=for_version(got.error, API_KEY, header.api_version), producer_id=got.producer_id,

@@ -11,11 +11,10 @@ produce delayed past its transaction's end cannot open a new one that nobody
 will ever end."""
 
 import logging
-import struct
 
 from hpbroker.errors import ErrorCode
-from hpbroker.kernels.layout import TRANSACTIONAL_BIT
 from hpbroker.protocol import produce_response
+from hpbroker.records.batch import first_is_transactional, first_producer
 from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.handlers.per_partition import ask_each
@@ -25,9 +24,6 @@ from hpbroker.workers.transactions import markers
 API_KEY = 0
 log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
-_PRODUCER = struct.Struct(">qh")  # a v2 batch's producer id and epoch, at byte 43
-_PRODUCER_AT = 43
-_MAGIC, _ATTRIBUTES_LOW = 16, 22
 _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                      ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
 
@@ -52,8 +48,9 @@ async def _verified(ctx, work, results, acks: int, transactional_id: str | None)
     transaction are asked about in one call, and appended again under the
     guard they were given; the others answer the coordinator's error."""
     waiting = [i for i, r in enumerate(results) if r.verify]
-    first = work[waiting[0]][2]
-    producer_id, epoch = _PRODUCER.unpack_from(first, _PRODUCER_AT)
+    producer = first_producer(work[waiting[0]][2])
+    assert producer is not None  # its owner read it to hand out the guard
+    producer_id, epoch = producer
     assert transactional_id is not None  # handle() refuses transactional records without one
     verdict = await markers.verify(ctx, AddTxnPartitions(transactional_id, producer_id, epoch,
                                                          [(work[i][0], work[i][1]) for i in waiting],
@@ -105,7 +102,7 @@ async def handle(ctx, header, request):
     transactional_id = getattr(request, "transactional_id", None)
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
-    elif transactional_id is None and any(_transactional(records) for _, _, records in work):
+    elif transactional_id is None and any(first_is_transactional(records) for _, _, records in work):
         # Kafka's answer to transactional records from no transactional id, for the whole request
         results = [AppendResult(ErrorCode.transactional_id_authorization_failed,
                                 message="transactional records in a produce request without a transactional id")
@@ -125,12 +122,6 @@ async def handle(ctx, header, request):
                                   f"{', ...' if len(failed) > 3 else ''})")
         return None
     return _answer(header, work, results)
-
-
-def _transactional(records) -> bool:
-    """The first batch of ``records`` is a v2 batch with the transactional bit."""
-    return records is not None and len(records) > _ATTRIBUTES_LOW and records[_MAGIC] == 2 and \
-        bool(records[_ATTRIBUTES_LOW] & TRANSACTIONAL_BIT)
 
 
 async def _answer_replicated(ctx, header, work, results, timeout_s: float) -> list[bytes]:

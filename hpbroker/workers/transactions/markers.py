@@ -73,9 +73,7 @@ async def write_there(clients, broker_id: int, markers: list[WriteMarker]) -> li
     """The markers (one transaction's: same producer, epoch and outcome) sent
     to the broker leading their partitions; each one's error."""
     first = markers[0]
-    by_topic: dict[str, list[int]] = {}
-    for m in markers:
-        by_topic.setdefault(m.topic, []).append(m.partition)
+    by_topic = _by_topic((m.topic, m.partition) for m in markers)
     request = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
         producer_id=ProducerId(first.producer_id), producer_epoch=i16(first.producer_epoch),
         transaction_result=first.commit, coordinator_epoch=i32(first.coordinator_epoch),
@@ -97,9 +95,7 @@ async def verify(ctx, call: AddTxnPartitions) -> TxnPartitionsResult:
         return await ctx.owners.ask(call)
     if where < 0:
         return call.unanswered(ErrorCode.coordinator_not_available)
-    by_topic: dict[str, list[int]] = {}
-    for t, p in call.partitions:
-        by_topic.setdefault(t, []).append(p)
+    by_topic = _by_topic(call.partitions)
     request = AddPartitionsToTxnRequest(transactions=(AddPartitionsToTxnTransaction(
         transactional_id=TransactionalId(call.transactional_id), producer_id=ProducerId(call.producer_id),
         producer_epoch=i16(call.producer_epoch), verify_only=True,
@@ -115,3 +111,11 @@ async def verify(ctx, call: AddTxnPartitions) -> TxnPartitionsResult:
              for t in r.topic_results for p in t.results_by_partition}
     return TxnPartitionsResult(ErrorCode.none, [PartitionError(t, p, found.get((t, p), ErrorCode.invalid_txn_state))
                                                 for t, p in call.partitions])
+
+
+def _by_topic(partitions) -> dict[str, list[int]]:
+    """(topic, partition) pairs as topic -> partitions, in the order topics first appear."""
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
