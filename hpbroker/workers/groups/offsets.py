@@ -27,23 +27,19 @@ class OffsetStore:
                     at: int = -1) -> None:
         self._pending.setdefault(producer_id, {})[(group, topic, partition)] = (value, at)
 
-    def complete(self, producer_id: int, commit: bool, here=lambda group: True) -> int:
+    def complete(self, producer_id: int, commit: bool, here=lambda group: True) -> None:
         """A transaction's marker: its pending offsets of the groups ``here``
         selects (those of the marker's offsets partition) take effect, or are
-        dropped; returns how many took effect."""
+        dropped."""
         pending = self._pending.get(producer_id)
         if not pending:
-            return 0
-        done = [key for key in pending if here(key[0])]
-        applied = 0
-        for key in done:
+            return
+        for key in [key for key in pending if here(key[0])]:
             value, at = pending.pop(key)
             if commit and at >= self._appended_at.get(key, -1):  # not over a plain commit appended after it
                 self.put(*key, value, at)
-                applied += 1
         if not pending:
             del self._pending[producer_id]
-        return applied
 
     def is_pending(self, group: str, topic: str, partition: int) -> bool:
         return any((group, topic, partition) in offsets for offsets in self._pending.values())
