@@ -74,8 +74,10 @@ class AbortedTransactions:
         ranges: dict[int, list[tuple[int, int]]] = {}
         for a in aborted:
             ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
-        self._by_producer = {pid: ([f for f, _ in sorted(r)], [last for _, last in sorted(r)])
-                             for pid, r in ranges.items()}
+        self._by_producer: dict[int, tuple[list[int], list[int]]] = {}
+        for pid, r in ranges.items():
+            r.sort()
+            self._by_producer[pid] = ([first for first, _ in r], [last for _, last in r])
 
     def of(self, scan) -> np.ndarray:
         """Per batch of ``scan``: it is an aborted transaction's data batch."""
