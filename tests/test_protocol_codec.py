@@ -26,6 +26,7 @@ from hpbroker.protocol import (
     response_type,
     unsupported_api_versions_response,
 )
+from hpbroker.protocol.produce_request import ProduceRequest
 from hpbroker.protocol.schemas import request_header_version, response_header_version
 
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
@@ -71,7 +72,8 @@ def test_every_advertised_request_version_round_trips(api_key, version):
             assume("timedelta" not in str(exc))
             raise
         assert header == RequestHeader(api_key, version, 9, "cid", request_header_version(api_key, version))
-        assert got == request
+        # Produce is read by hand into tuples of kio's field names (``produce_request.py``)
+        assert (got.as_kio() if isinstance(got, ProduceRequest) else got) == request
 
     check()
 

@@ -61,7 +61,8 @@ def error_response(api_key: int, api_version: int, request, error: ErrorCode, me
     """A kio response object answering ``request`` with ``error`` everywhere."""
     schema = response_type(api_key, api_version)
     assert schema is not None, f"kio has no api key {api_key} v{api_version}"  # the request decoded
-    return _build(schema, request, error, message)
+    as_kio = getattr(request, "as_kio", None)  # a request decoded by hand (Produce): its fields as kio's schema
+    return _build(schema, as_kio() if as_kio is not None else request, error, message)
 
 
 def _build(entity_type: type, source, error: ErrorCode, message: str | None):

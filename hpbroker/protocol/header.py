@@ -21,7 +21,7 @@ request and the server needs the api key before it can pick a body schema.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from hpbroker.varint import (
     VarintError,
@@ -38,8 +38,7 @@ _int32 = struct.Struct(">i")
 PREFIX_SIZE = _prefix.size  # api_key, api_version, correlation_id: fixed in every version
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):  # a tuple: every request makes one, and a frozen dataclass costs 4x as much
     api_key: int
     api_version: int
     correlation_id: int

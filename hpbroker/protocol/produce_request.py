@@ -5,8 +5,11 @@ and ``Log.append`` stamps the batches there and writes them as they came.
 kio's reader would copy every batch into a new ``bytes``, and the log would
 copy it once more to stamp it.
 
-The result is made of kio's own classes for that version, so handlers and
-error answers read it as any request; only ``records`` is a memoryview.
+The result is a ``ProduceRequest`` of plain tuples with the attribute names
+of kio's classes (``records`` a memoryview), so a handler reads it as it
+reads kio's request; a kio object costs a few µs more to build, a tenth of
+a small request's path.  ``as_kio()`` makes kio's for what walks its
+schema (an error answer mirroring the request).
 
 Layout (Kafka's ProduceRequest.json; from v9 flexible: compact lengths,
 tagged fields after each structure):
@@ -26,6 +29,7 @@ import datetime
 import importlib
 import struct
 from functools import cache
+from typing import NamedTuple, cast
 
 from .exceptions import MalformedRequest
 from .header import read_uvarint, skip_tagged_fields
@@ -42,9 +46,38 @@ def _classes(version: int) -> tuple[type, type, type]:
     return module.ProduceRequest, module.TopicProduceData, module.PartitionProduceData
 
 
-def decode(frame: memoryview, pos: int, version: int):
+class PartitionProduceData(NamedTuple):
+    index: int
+    records: memoryview | None
+
+
+class TopicProduceData(NamedTuple):
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+class ProduceRequest(NamedTuple):
+    version: int
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: tuple[TopicProduceData, ...]
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(milliseconds=self.timeout_ms)
+
+    def as_kio(self):
+        """The same request as kio's classes of its version (records as bytes)."""
+        request_type, topic_type, partition_type = _classes(self.version)
+        return request_type(transactional_id=self.transactional_id, acks=self.acks, timeout=self.timeout,
+                            topic_data=tuple(topic_type(name=t.name, partition_data=tuple(
+                                partition_type(index=p.index, records=None if p.records is None else bytes(p.records))
+                                for p in t.partition_data)) for t in self.topic_data))
+
+
+def decode(frame: memoryview, pos: int, version: int) -> ProduceRequest:
     """The request body at ``pos`` of ``frame``; MalformedRequest if the bytes do not hold one."""
-    request_type, topic_type, partition_type = _classes(version)
     flexible = version >= FIRST_FLEXIBLE
     end = len(frame)
     transactional_id, pos = _string(frame, pos, flexible, nullable=True, what="transactional_id")
@@ -65,14 +98,13 @@ def decode(frame: memoryview, pos: int, version: int):
             records, pos = _bytes(frame, pos + 4, flexible)
             if flexible:
                 pos = skip_tagged_fields(frame, pos, "produce request")
-            partitions.append(partition_type(index=index, records=records))
+            partitions.append(PartitionProduceData(index, records))
         if flexible:
             pos = skip_tagged_fields(frame, pos, "produce request")
-        topics.append(topic_type(name=name, partition_data=tuple(partitions)))
+        topics.append(TopicProduceData(cast(str, name), tuple(partitions)))  # not nullable: never None
     if flexible:
         skip_tagged_fields(frame, pos, "produce request")
-    return request_type(transactional_id=transactional_id, acks=acks,
-                        timeout=datetime.timedelta(milliseconds=timeout_ms), topic_data=tuple(topics))
+    return ProduceRequest(version, transactional_id, acks, timeout_ms, tuple(topics))
 
 
 def _length(frame: memoryview, pos: int, flexible: bool, width: struct.Struct) -> tuple[int, int]:

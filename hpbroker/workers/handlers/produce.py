@@ -31,14 +31,20 @@ _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordina
 async def _append_all(ctx, work, acks: int, transactional_id: str | None) -> list:
     """Append each partition's batches through its owner, one call per owner
     (the owner checks leadership and, for acks=all, min.insync.replicas)."""
-    results = [AppendResult(ErrorCode.corrupt_message, message="no records")] * len(work)
+    def append(topic: str, partition: int, records) -> Append:
+        return Append(topic, partition, records, acks)
+
     sent = [i for i, (_, _, records) in enumerate(work) if records is not None]
-    answers = await ask_each(ctx, [work[i] for i in sent],
-                             lambda topic, partition, records: Append(topic, partition, records, acks))
-    for i, answer in zip(sent, answers):
-        results[i] = answer
-    if any(r.verify for r in answers):
-        await _verified(ctx, work, results, acks, transactional_id)
+    if len(sent) == len(work):  # the usual request: records for every partition
+        results = await ask_each(ctx, work, append)
+    else:
+        results = [AppendResult(ErrorCode.corrupt_message, message="no records")] * len(work)
+        for i, answer in zip(sent, await ask_each(ctx, [work[i] for i in sent], append)):
+            results[i] = answer
+    for result in results:
+        if result.verify:
+            await _verified(ctx, work, results, acks, transactional_id)
+            break
     return results
 
 
