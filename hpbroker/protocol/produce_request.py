@@ -7,8 +7,9 @@ copy it once more to stamp it.
 
 The result is a ``ProduceRequest`` of plain tuples with the attribute names
 of kio's classes (``records`` a memoryview), so a handler reads it as it
-reads kio's request; a kio object costs a few µs more to build, a tenth of
-a small request's path.  ``as_kio()`` makes kio's for what walks its
+reads kio's request: kio's frozen dataclasses and the timeout's timedelta
+cost about 3 µs a request (a twentieth of a small produce in process), the
+tuples a quarter of that.  ``as_kio()`` makes kio's for what walks its
 schema (an error answer mirroring the request).
 
 Layout (Kafka's ProduceRequest.json; from v9 flexible: compact lengths,
