@@ -27,3 +27,15 @@ def test_the_answer_echoes_what_the_request_named():
     _, request = decode_request(SAMPLES[(20, 3)])  # DeleteTopics before v6: a list of names
     assert [(r.name, r.error_code) for r in error_response(20, 3, request, ErrorCode.kafka_storage_error).responses] \
         == [("t", ErrorCode.kafka_storage_error)] * 2
+
+
+@pytest.mark.parametrize("version", [0, 3, 9])
+def test_a_produce_read_by_hand_is_echoed_as_kio_reads_it(version):
+    """Produce decodes into tuples (``produce_request.py``), not kio's classes:
+    the error answer converts them and names every topic and partition."""
+    header, request = decode_request(SAMPLES[(0, version)])  # two topics "t" of two partitions 1
+    response = error_response(0, kio_version(0, version), request, ErrorCode.kafka_storage_error)
+    assert [t.name for t in response.responses] == ["t", "t"]
+    assert [(p.index, p.error_code) for t in response.responses for p in t.partition_responses] == [
+        (1, ErrorCode.kafka_storage_error)] * 4
+    assert encode_response(header, response)
