@@ -116,3 +116,28 @@ def test_the_oldest_versions_are_answered(broker, version):
     assert partitions_of(answer) == [("old", 0, "none", 0)]  # written in the v0/v1 layout
     missing = broker.send(produce_request(3, "gone", 0, message_set), version=version)
     assert partitions_of(missing) == [("gone", 0, "unknown_topic_or_partition", -1)]
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_two_batches_for_one_partition_are_refused_as_kafka_does(broker, version):
+    """From v3 a partition's records are one batch (Kafka's INVALID_RECORD
+    otherwise), so its header speaks for all of it: a transactional batch
+    cannot hide behind a plain one."""
+    broker.create_topic("t")
+    broker.create_topic("u")
+    second = batch(b"hidden", producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+    answer = broker.send(request(PRODUCE_KEY, version, acks=1, timeout=5000, topic_data=[
+        {"name": "t", "partition_data": [{"index": 0, "records": batch(b"plain") + second}]},
+        {"name": "u", "partition_data": [{"index": 0, "records": batch(b"alone")}]}]))
+    assert partitions_of(answer) == [("t", 0, "invalid_record", -1), ("u", 0, "none", 0)]
+    assert broker.read("t") == (ErrorCode.none, [])
+    assert broker.read("u") == (ErrorCode.none, [b"alone"])
+
+
+@pytest.mark.parametrize("version, error", [(3, "unsupported_compression_type"), (6, "unsupported_compression_type"),
+                                            (7, "none"), (9, "none")])
+def test_zstd_needs_produce_v7(broker, version, error):
+    broker.create_topic("t")
+    answer = broker.send(produce_request(version, "t", 0, batch(b"z" * 50, compression=layout.CODEC_ZSTD)))
+    assert [e for _, _, e, _ in partitions_of(answer)] == [error]
+    assert broker.read("t") == (ErrorCode.none, [b"z" * 50] if error == "none" else [])

@@ -11,8 +11,10 @@ produce delayed past its transaction's end cannot open a new one that nobody
 will ever end."""
 
 import logging
+import struct
 
 from hpbroker.errors import ErrorCode
+from hpbroker.kernels import layout
 from hpbroker.protocol import produce_response
 from hpbroker.records.batch import first_is_transactional, first_producer
 from hpbroker.workers import eager
@@ -26,19 +28,46 @@ log = logging.getLogger(__name__)
 _VALID_ACKS = (-1, 0, 1)
 _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                      ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
+_INT32 = struct.Struct(">i")
+_ATTRIBUTES_LOW = layout.ATTRIBUTES + 1  # the codec bits sit in the low byte of the big-endian int16
+_NO_RECORDS = AppendResult(ErrorCode.corrupt_message, message="no records")
 
 
-async def _append_all(ctx, work, acks: int, transactional_id: str | None) -> list:
+def _refused(version: int, records) -> AppendResult | None:
+    """What Kafka refuses of one partition's records before appending
+    anything (its ``ProduceRequest.validateRecords``): from v3 a second
+    whole batch (INVALID_RECORD: one batch per partition, so its header
+    speaks for all of it, the transactional bit included), and zstd before
+    v7 (UNSUPPORTED_COMPRESSION_TYPE).  Torn or legacy bytes are the log's
+    to refuse (v0-v2 carry message sets, converted by the owner)."""
+    if records is None:
+        return _NO_RECORDS
+    if version < 3 or len(records) <= _ATTRIBUTES_LOW or records[layout.MAGIC] != 2:
+        return None
+    if version < 7 and records[_ATTRIBUTES_LOW] & layout.COMPRESSION_MASK == layout.CODEC_ZSTD:
+        return AppendResult(ErrorCode.unsupported_compression_type,
+                            message=f"zstd batches need produce v7 or later, not v{version}")
+    end = _INT32.unpack_from(records, layout.BATCH_LENGTH)[0] + layout.LOG_OVERHEAD
+    rest = len(records) - end
+    if end >= layout.BATCH_HEADER_SIZE and rest >= layout.LOG_OVERHEAD and (
+            _INT32.unpack_from(records, end + layout.BATCH_LENGTH)[0] + layout.LOG_OVERHEAD <= rest):
+        return AppendResult(ErrorCode.invalid_record,
+                            message=f"produce v{version} allows one record batch per partition; this has more")
+    return None
+
+
+async def _append_all(ctx, work, acks: int, transactional_id: str | None, refused: list) -> list:
     """Append each partition's batches through its owner, one call per owner
-    (the owner checks leadership and, for acks=all, min.insync.replicas)."""
+    (the owner checks leadership and, for acks=all, min.insync.replicas),
+    but for the partitions ``refused`` answers already."""
     def append(topic: str, partition: int, records) -> Append:
         return Append(topic, partition, records, acks)
 
-    sent = [i for i, (_, _, records) in enumerate(work) if records is not None]
-    if len(sent) == len(work):  # the usual request: records for every partition
+    if refused.count(None) == len(work):  # the usual request
         results = await ask_each(ctx, work, append)
     else:
-        results = [AppendResult(ErrorCode.corrupt_message, message="no records")] * len(work)
+        results = list(refused)
+        sent = [i for i, result in enumerate(refused) if result is None]
         for i, answer in zip(sent, await ask_each(ctx, [work[i] for i in sent], append)):
             results[i] = answer
     for result in results:
@@ -106,6 +135,7 @@ async def handle(ctx, header, request):
     acks = request.acks
     work = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
     transactional_id = getattr(request, "transactional_id", None)
+    refused = [_refused(header.api_version, records) for _, _, records in work]
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     elif transactional_id is None and any(first_is_transactional(records) for _, _, records in work):
@@ -114,7 +144,7 @@ async def handle(ctx, header, request):
                                 message="transactional records in a produce request without a transactional id")
                    ] * len(work)
     else:
-        results = await _append_all(ctx, work, acks, transactional_id)
+        results = await _append_all(ctx, work, acks, transactional_id, refused)
         if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
             # appended: the next request may be handled while this one waits for the replicas
             return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
