@@ -11,6 +11,8 @@ transactions over two partitions (replication factor 3, min.insync.replicas
   leads it), then resumed;
 * another leader is cut off from its peers only, so its followers leave the
   ISR and acks=all is refused below min.insync.replicas, then let back;
+* a follower of the transaction log is restarted on a wiped disk, and once
+  it has caught up the coordinator's broker is SIGKILLed (and started again);
 
 and a read_committed read of the whole topic must then hold every committed
 transaction whole and once, nothing of an aborted one, and every transaction
@@ -32,7 +34,7 @@ WAIT_S = 90
 TRANSACTION_PARTITIONS = 50  # transaction.state.log.num.partitions, Kafka's default
 
 
-def test_transactions_survive_a_cut_off_coordinator_zookeeper_a_paused_leader_and_a_cut(netlab, tmp_path):
+def test_transactions_through_cuts_a_zookeeper_restart_a_pause_a_wiped_follower_and_a_kill(netlab, tmp_path):
     cluster = LabCluster(netlab, tmp_path, overrides={"replica.lag.time.max.ms": "10000"})
     cluster.start_all()
     topic, partitions, txn_id = "txn-faults", 2, "txn-history-1"
@@ -88,6 +90,24 @@ def test_transactions_survive_a_cut_off_coordinator_zookeeper_a_paused_leader_an
             cluster.lab.heal()
             cluster.wait_in_sync(topic, partitions)
             wait_for(history.progressed(10), WAIT_S, "commits after the cut healed")
+
+            # a follower of the transaction log restarted on a wiped disk, then the coordinator
+            # killed: whoever coordinates next, from what it copied, must know every transaction
+            coordinator = cluster.leader_of(TRANSACTION_TOPIC, state_partition)
+            wiped = next(i for i in cluster.brokers if i != coordinator)
+            cluster.kill(wiped)
+            cluster.wipe(wiped)
+            cluster.start(wiped)
+            cluster.wait_in_sync(TRANSACTION_TOPIC, TRANSACTION_PARTITIONS)
+            cluster.wait_in_sync(topic, partitions)
+            wait_for(history.progressed(10), WAIT_S, "commits with the wiped follower back")
+            cluster.kill(coordinator)
+            wait_for(lambda: cluster.state(TRANSACTION_TOPIC, state_partition).leader not in (coordinator, -1),
+                     WAIT_S, f"a coordinator other than the killed broker {coordinator}")
+            wait_for(history.progressed(10), WAIT_S, "commits through the next coordinator")
+            cluster.start(coordinator)
+            cluster.wait_in_sync(topic, partitions)
+            wait_for(history.progressed(10), WAIT_S, "commits with every broker back")
         finally:
             history.stop()
         assert not history.crashed, history.crashed
