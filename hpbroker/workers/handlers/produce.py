@@ -38,8 +38,9 @@ def _refused(version: int, records) -> AppendResult | None:
     anything (its ``ProduceRequest.validateRecords``): from v3 a second
     whole batch (INVALID_RECORD: one batch per partition, so its header
     speaks for all of it, the transactional bit included), and zstd before
-    v7 (UNSUPPORTED_COMPRESSION_TYPE).  Torn or legacy bytes are the log's
-    to refuse (v0-v2 carry message sets, converted by the owner)."""
+    v7 (UNSUPPORTED_COMPRESSION_TYPE).  Torn bytes are the log's to refuse
+    (CORRUPT_MESSAGE); a legacy message set is converted by the owner, at
+    v0-v2 where it belongs and, more leniently than Kafka, later too."""
     if records is None:
         return _NO_RECORDS
     if version < 3 or len(records) <= _ATTRIBUTES_LOW or records[layout.MAGIC] != 2:
