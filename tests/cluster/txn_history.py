@@ -54,7 +54,6 @@ class TransactionalHistory:
                        "topic.metadata.refresh.interval.ms": 1000, "reconnect.backoff.max.ms": 500,
                        **(config or {})}
         self.txns: list[Txn] = []
-        self.instances = 0  # producers made: one more after each unknown outcome
         self.crashed: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"txn-history-{name}")
@@ -90,7 +89,6 @@ class TransactionalHistory:
 
     def _producer(self) -> ck.Producer:
         while True:
-            self.instances += 1
             producer = ck.Producer(self.config)
             try:
                 producer.init_transactions(30)
