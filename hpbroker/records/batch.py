@@ -143,15 +143,14 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
     return header
 
 
-_ATTRIBUTES_LOW = layout.ATTRIBUTES + 1  # the attributes are a big-endian int16: the flags sit in its low byte
 _PRODUCER = struct.Struct(">qh")  # producer id and epoch, adjacent in the header
 
 
 def first_is_transactional(buf) -> bool:
     """The first batch of ``buf`` is a v2 batch with the transactional bit: a
     byte test, cheap enough for every produce."""
-    return (buf is not None and len(buf) > _ATTRIBUTES_LOW and buf[layout.MAGIC] == 2
-            and bool(buf[_ATTRIBUTES_LOW] & layout.TRANSACTIONAL_BIT))
+    return (buf is not None and len(buf) > layout.ATTRIBUTES_LOW and buf[layout.MAGIC] == 2
+            and bool(buf[layout.ATTRIBUTES_LOW] & layout.TRANSACTIONAL_BIT))
 
 
 def first_producer(buf) -> tuple[int, int] | None:

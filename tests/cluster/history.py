@@ -46,6 +46,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
@@ -114,6 +115,18 @@ class Read(NamedTuple):
 
 
 # --- producers ----------------------------------------------------------------------
+def grown(current: Callable[[], int], count: int, crashed: list[str], who: str) -> Callable[[], bool]:
+    """A condition (for wait_for): ``current()`` at least ``count`` above what it
+    is now; raises once ``crashed`` names a failure (``who`` died)."""
+    target = current() + count
+
+    def reached() -> bool:
+        if crashed:
+            raise AssertionError(f"{who} died: {crashed[0]}")
+        return current() >= target
+    return reached
+
+
 class _Producing:
     def __init__(self, name: str):
         self.name = name
@@ -173,13 +186,7 @@ class ProducerHistory:
 
     def progressed(self, count: int):
         """A condition (for wait_for): ``count`` more acknowledgements than when asked."""
-        target = self.acked + count
-
-        def reached() -> bool:
-            if self.crashed:
-                raise AssertionError(f"a producer thread died: {self.crashed[0]}")
-            return self.acked >= target
-        return reached
+        return grown(lambda: self.acked, count, self.crashed, "a producer thread")
 
     def stop(self) -> "ProducerHistory":
         """Stop sending; each producer flushes for up to ``flush_timeout`` s, and

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import confluent_kafka as ck
 
 from harness.netns import entered
+from tests.cluster.history import grown
 
 _ATTEMPTS = 20  # commits retried on a retriable error, as librdkafka allows
 
@@ -65,13 +66,7 @@ class TransactionalHistory:
 
     def progressed(self, count: int):
         """A condition (for wait_for): ``count`` more committed transactions than when asked."""
-        target = self.committed + count
-
-        def reached() -> bool:
-            if self.crashed:
-                raise AssertionError(f"the transactional producer thread died: {self.crashed[0]}")
-            return self.committed >= target
-        return reached
+        return grown(lambda: self.committed, count, self.crashed, "the transactional producer thread")
 
     def stop(self, timeout: float = 90.0) -> TransactionalHistory:
         self._stop.set()

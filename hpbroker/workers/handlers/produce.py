@@ -29,7 +29,6 @@ _VALID_ACKS = (-1, 0, 1)
 _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                      ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
 _INT32 = struct.Struct(">i")
-_ATTRIBUTES_LOW = layout.ATTRIBUTES + 1  # the codec bits sit in the low byte of the big-endian int16
 _NO_RECORDS = AppendResult(ErrorCode.corrupt_message, message="no records")
 
 
@@ -43,9 +42,9 @@ def _refused(version: int, records) -> AppendResult | None:
     v0-v2 where it belongs and, more leniently than Kafka, later too."""
     if records is None:
         return _NO_RECORDS
-    if version < 3 or len(records) <= _ATTRIBUTES_LOW or records[layout.MAGIC] != 2:
+    if version < 3 or len(records) <= layout.ATTRIBUTES_LOW or records[layout.MAGIC] != 2:
         return None
-    if version < 7 and records[_ATTRIBUTES_LOW] & layout.COMPRESSION_MASK == layout.CODEC_ZSTD:
+    if version < 7 and records[layout.ATTRIBUTES_LOW] & layout.COMPRESSION_MASK == layout.CODEC_ZSTD:
         return AppendResult(ErrorCode.unsupported_compression_type,
                             message=f"zstd batches need produce v7 or later, not v{version}")
     end = _INT32.unpack_from(records, layout.BATCH_LENGTH)[0] + layout.LOG_OVERHEAD
@@ -57,17 +56,18 @@ def _refused(version: int, records) -> AppendResult | None:
     return None
 
 
-async def _append_all(ctx, work, acks: int, transactional_id: str | None, refused: list) -> list:
+async def _append_all(ctx, work, acks: int, transactional_id: str | None, version: int) -> list:
     """Append each partition's batches through its owner, one call per owner
     (the owner checks leadership and, for acks=all, min.insync.replicas),
-    but for the partitions ``refused`` answers already."""
+    but for the partitions ``_refused`` answers already."""
     def append(topic: str, partition: int, records) -> Append:
         return Append(topic, partition, records, acks)
 
+    refused = [_refused(version, records) for _, _, records in work]
     if refused.count(None) == len(work):  # the usual request
         results = await ask_each(ctx, work, append)
     else:
-        results = list(refused)
+        results: list = list(refused)  # the Nones are filled in by the owners' answers
         sent = [i for i, result in enumerate(refused) if result is None]
         for i, answer in zip(sent, await ask_each(ctx, [work[i] for i in sent], append)):
             results[i] = answer
@@ -136,7 +136,6 @@ async def handle(ctx, header, request):
     acks = request.acks
     work = [(t.name, p.index, p.records) for t in request.topic_data for p in t.partition_data]
     transactional_id = getattr(request, "transactional_id", None)
-    refused = [_refused(header.api_version, records) for _, _, records in work]
     if acks not in _VALID_ACKS:
         results = [AppendResult(ErrorCode.invalid_required_acks)] * len(work)
     elif transactional_id is None and any(first_is_transactional(records) for _, _, records in work):
@@ -145,7 +144,7 @@ async def handle(ctx, header, request):
                                 message="transactional records in a produce request without a transactional id")
                    ] * len(work)
     else:
-        results = await _append_all(ctx, work, acks, transactional_id, refused)
+        results = await _append_all(ctx, work, acks, transactional_id, header.api_version)
         if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
             # appended: the next request may be handled while this one waits for the replicas
             return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
