@@ -45,6 +45,7 @@ import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
+from bench.memory_probe import describe as page_cache_state  # noqa: E402
 from harness.broker import Broker, BrokerError  # noqa: E402
 from harness.cluster import FAST, Cluster  # noqa: E402
 from harness.waiting import wait_for  # noqa: E402
@@ -472,6 +473,7 @@ def main(argv=None) -> int:
 
     tree = tree_state()
     tmp = Path(tempfile.mkdtemp(prefix="hpbroker-cluster-e2e-"))
+    page_cache = page_cache_state(str(tmp))  # see bench/memory_probe.py
     zk = ZooKeeperServer(tmp / "zookeeper")
     out, logs = [], []
     try:
@@ -510,7 +512,7 @@ def main(argv=None) -> int:
         else:
             print(f"kept {tmp}", file=sys.stderr)
 
-    info = machine_info()
+    info = {**machine_info(), "page cache, before": page_cache}
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"tree: {tree}")
     print("command: .venv/bin/python bench/cluster_e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]))

@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from bench import tools  # noqa: E402
 from bench.e2e import machine_info, raw_write_baseline, render  # noqa: E402
 from bench.floor import recv_write  # noqa: E402
+from bench.memory_probe import describe as page_cache_state  # noqa: E402
 from bench.rdperf import Fleet  # noqa: E402
 from bench.targets import Hpbroker, Meter, Tansu, Target  # noqa: E402
 from bench.wire_load import closed_loop, list_offsets_answer, list_offsets_request  # noqa: E402
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     info["tree"] = tree_state()
     root = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hpbroker-request-cost-"))
     root.mkdir(parents=True, exist_ok=True)
+    info["page cache, before"] = page_cache_state(str(root))  # see bench/memory_probe.py
     work = root / "clients"
     hp, ta = Hpbroker(root, workers=args.workers), Tansu(tansu_bin, root)
     targets: list[Target] = [hp, ta]

@@ -1,0 +1,92 @@
+"""What a page of fresh memory costs here, to read the per-byte figures by.
+
+Every byte a broker stores lands in a page-cache page the kernel takes off its
+free list.  On bare metal that page costs a copy.  In a virtual machine whose
+balloon device reports free pages to the host (virtio-balloon's
+VIRTIO_BALLOON_F_REPORTING), the host takes back what the guest left free for a
+few seconds, and the guest's next touch of it faults into the host: the copy
+into the page cache then costs several times more, whoever writes.  On the
+machines these figures come from that first touch cost about 2.5 CPU s/GiB,
+ten times the copy, so a phase that happens to write into reported memory
+looks slower per byte for reasons no broker controls.
+
+    .venv/bin/python bench/memory_probe.py [DIR]
+
+writes 256 MiB into a new file (in DIR, default the temp dir), deletes it and
+writes it again at once, into the pages just freed: the first figure is what
+the free list costs now, the second what a warm page costs.  The benchmarks
+record the same line beside the machine, taken before they start.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import sys
+import tempfile
+
+# the balloon's feature bit that returns free guest pages to the host
+_REPORTING_BIT = 5
+
+
+def free_page_reporting() -> bool | None:
+    """Whether a virtio balloon here reports free pages to the host; None without one."""
+    found = None
+    for path in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/virtio*/features"):
+        try:
+            with open(path) as f:
+                bits = f.read().strip()
+        except OSError:
+            continue
+        found = bool(found) or (len(bits) > _REPORTING_BIT and bits[_REPORTING_BIT] == "1")
+    return found
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _write_file(path: str, mib: int) -> float:
+    """CPU s/GiB to write ``mib`` MiB into a new file's page cache, 1 MiB a write."""
+    chunk = bytes(1 << 20)
+    started = _cpu()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(mib):
+            os.write(fd, chunk)
+    finally:
+        os.close(fd)
+    return (_cpu() - started) * 1024 / mib
+
+
+def write_cost(directory: str | None = None, mib: int = 256) -> tuple[float, float]:
+    """CPU s/GiB of writing into the page cache from the free list as it is now,
+    then again into the pages that deleting the first file just freed (the
+    host has not taken those back yet)."""
+    with tempfile.TemporaryDirectory(prefix="memory-probe-", dir=directory) as scratch:
+        costs = []
+        for name in ("first", "again"):
+            path = os.path.join(scratch, name)
+            costs.append(_write_file(path, mib))
+            os.unlink(path)
+    return costs[0], costs[1]
+
+
+def describe(directory: str | None = None, mib: int = 256) -> str:
+    """One line for a benchmark's machine block."""
+    fresh, again = write_cost(directory, mib)
+    reporting = free_page_reporting()
+    balloon = ("no balloon device" if reporting is None
+               else f"free page reporting {'on' if reporting else 'off'}")
+    return f"{mib} MiB into the page cache {fresh:.2f} CPU s/GiB, into pages just freed {again:.2f} ({balloon})"
+
+
+def main() -> int:
+    print(f"page cache: {describe(sys.argv[1] if len(sys.argv) > 1 else None)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
