@@ -242,7 +242,9 @@ class Partitions:
             return call.unanswered(found)
         if self.replicas is not None and self.replicas.follower_fetched(found, call.replica_id, call.replica_epoch,
                                                                         call.offset, call.log_start_offset):
-            self.changed(found)
+            # the follower's position moved (a DeleteRecords may wait on it); what the
+            # other workers read moves only with the high watermark, published as it moves
+            self.purgatory.poke(found.key)
         return found.locate(call.offset, call.max_bytes, to_log_end=True)
 
     def list_offset(self, call: ListOffset):

@@ -193,14 +193,17 @@ class ReplicaManager:
         is not led here (the fetch is then answered with the error)."""
         if not partition.follower_fetched(replica, replica_epoch, offset, log_start, self.clock.now_ms()):
             return False
-        self._follower_progressed(partition)
+        self._follower_progressed(partition, replica)
         return True
 
-    def _follower_progressed(self, partition: Partition) -> None:
-        wanted = self.wanted_isr(partition)
+    def _follower_progressed(self, partition: Partition, replica: int) -> None:
         leadership = partition.leadership
-        if wanted is not None and leadership is not None and len(wanted) > len(leadership.state.isr):
-            self._propose(partition, wanted)
+        # a fetch can grow the ISR only by its own replica: one already in needs
+        # no look (the tick proposes every other change)
+        if leadership is not None and replica not in leadership.state.isr:
+            wanted = self.wanted_isr(partition)
+            if wanted is not None and len(wanted) > len(leadership.state.isr):
+                self._propose(partition, wanted)
         self.advance(partition)
 
     def advance(self, partition: Partition) -> None:
