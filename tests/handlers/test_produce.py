@@ -108,6 +108,20 @@ def test_a_legacy_v2_produce_of_a_message_set(broker, magic):
     assert broker.read("old") == (ErrorCode.none, [b"v0", b"v1", b"v2"])
 
 
+@pytest.mark.parametrize("magic", [0, 1])
+def test_a_message_set_at_v3_or_later_is_refused_as_kafka_does(broker, magic):
+    """From v3 Kafka takes record batches only (INVALID_RECORD), and appends
+    nothing of that partition."""
+    broker.create_topic("t", partitions=2)
+    message_set = encode_message_set([Record(0, 1_700_000_000_000, None, b"old")], magic=magic)
+    answer = broker.send(request(PRODUCE_KEY, 3, acks=1, timeout=5000, topic_data=[
+        {"name": "t", "partition_data": [{"index": 0, "records": message_set},
+                                         {"index": 1, "records": batch(b"new")}]}]))
+    assert partitions_of(answer) == [("t", 0, "invalid_record", -1), ("t", 1, "none", 0)]
+    assert broker.read("t") == (ErrorCode.none, [])
+    assert broker.read("t", 1) == (ErrorCode.none, [b"new"])
+
+
 @pytest.mark.parametrize("version", [0, 1])
 def test_the_oldest_versions_are_answered(broker, version):
     broker.create_topic("old")

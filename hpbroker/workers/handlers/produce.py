@@ -37,12 +37,19 @@ def _refused(version: int, records) -> AppendResult | None:
     anything (its ``ProduceRequest.validateRecords``): from v3 a second
     whole batch (INVALID_RECORD: one batch per partition, so its header
     speaks for all of it, the transactional bit included), and zstd before
-    v7 (UNSUPPORTED_COMPRESSION_TYPE).  Torn bytes are the log's to refuse
-    (CORRUPT_MESSAGE); a legacy message set is converted by the owner, at
-    v0-v2 where it belongs and, more leniently than Kafka, later too."""
+    v7 (UNSUPPORTED_COMPRESSION_TYPE), and from v3 a legacy message set
+    (INVALID_RECORD: those versions carry record batches only; at v0-v2 the
+    owner converts one).  Torn bytes are the log's to refuse (CORRUPT_MESSAGE)."""
     if records is None:
         return _NO_RECORDS
-    if version < 3 or len(records) <= layout.ATTRIBUTES_LOW or records[layout.MAGIC] != 2:
+    if version < 3 or len(records) <= layout.ATTRIBUTES_LOW:
+        return None
+    magic = records[layout.MAGIC]
+    if magic in (0, 1):
+        return AppendResult(ErrorCode.invalid_record,
+                            message=f"produce v{version} carries record batches (magic 2), not a magic {magic} "
+                                    "message set")
+    if magic != 2:
         return None
     if version < 7 and records[layout.ATTRIBUTES_LOW] & layout.COMPRESSION_MASK == layout.CODEC_ZSTD:
         return AppendResult(ErrorCode.unsupported_compression_type,
