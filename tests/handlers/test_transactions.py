@@ -497,6 +497,23 @@ def test_an_exhausted_epoch_gets_a_new_producer_id(broker):
     assert producer.producer_id != md.producer_id and producer.epoch == 0
 
 
+def test_a_retry_of_the_call_that_exhausted_the_epoch_gets_the_same_answer(broker):
+    """KIP-360: the answer giving a new producer id was lost; the producer asks
+    again naming the id and exhausted epoch it had, and gets the same id back."""
+    producer = Producer(broker, "tx")
+    producer.init()
+    md = broker.transactions.txns["tx"]
+    broker.transactions.txns["tx"] = md.moved(producer_epoch=MAX_EPOCH - 1)
+    first, retry = (init_producer_id(broker, "tx", producer_id=md.producer_id, producer_epoch=MAX_EPOCH - 1)
+                    for _ in range(2))
+    assert (first.error_code, retry.error_code) == (ErrorCode.none, ErrorCode.none)
+    assert first.producer_id != md.producer_id and first.producer_epoch == 0
+    assert (retry.producer_id, retry.producer_epoch) == (first.producer_id, first.producer_epoch)
+    # the old id with an epoch that was not exhausted is some other, older instance
+    stale = init_producer_id(broker, "tx", producer_id=md.producer_id, producer_epoch=5)
+    assert stale.error_code == ErrorCode.producer_fenced
+
+
 # --- AddPartitionsToTxn ----------------------------------------------------------------------------------
 def test_partitions_join_the_transaction(broker):
     broker.create_topic("u", 3)

@@ -64,6 +64,15 @@ MARKERS_WAIT_S = 5.0  # EndTxn waits this long for its markers before answering 
 MARKER_BACKOFF_S = (0.02, 1.0)  # a marker that failed is sent again after this (doubling, capped)
 
 
+def _a_retry(md: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Whether an InitProducerId naming ``producer_id`` and ``producer_epoch`` is a
+    retry of the one that made ``md``'s producer (its answer lost on the way):
+    it named the epoch before, or, when that call found the epoch exhausted
+    and gave a new id, the id before and an exhausted epoch."""
+    if producer_id == md.producer_id:
+        return producer_epoch == md.last_epoch
+    return producer_id == md.previous_producer_id and producer_epoch >= MAX_EPOCH - 1
+
 class TransactionCoordinator(StatePartitions):
     def __init__(self, partitions, topics, config, index: int, workers: int, leads=None, fenced=None):
         super().__init__(partitions, topics, TRANSACTION_TOPIC, config["transaction.state.log.num.partitions"],
@@ -230,9 +239,8 @@ class TransactionCoordinator(StatePartitions):
             return ProducerIdResult(ErrorCode.concurrent_transactions)
         if call.producer_id >= 0:  # KIP-360: the caller names the producer it was
             if call.producer_id != md.producer_id or call.producer_epoch != md.producer_epoch:
-                if (call.producer_id == md.producer_id and call.producer_epoch == md.last_epoch
-                        and md.state is TxnState.EMPTY):
-                    return ProducerIdResult(ErrorCode.none, md.producer_id, md.producer_epoch)  # a retry
+                if md.state is TxnState.EMPTY and _a_retry(md, call.producer_id, call.producer_epoch):
+                    return ProducerIdResult(ErrorCode.none, md.producer_id, md.producer_epoch)
                 return ProducerIdResult(ErrorCode.producer_fenced)
         if md.state is TxnState.ONGOING:
             # a new instance fences the old: its transaction is aborted under a new
@@ -250,9 +258,11 @@ class TransactionCoordinator(StatePartitions):
         else:
             producer_id, epoch = md.producer_id, md.producer_epoch + 1
         now = now_ms()
+        rotated = producer_id != md.producer_id
         new = md.moved(producer_id=producer_id, producer_epoch=epoch, timeout_ms=call.timeout_ms,
                        state=TxnState.EMPTY, partitions=frozenset(), start_ms=-1, last_update_ms=now,
-                       last_epoch=md.producer_epoch if producer_id == md.producer_id else -1)
+                       last_epoch=-1 if rotated else md.producer_epoch,
+                       previous_producer_id=md.producer_id if rotated else -1)
         error = await self._transition(md, new)
         if error != ErrorCode.none:
             return ProducerIdResult(error)
@@ -356,7 +366,7 @@ class TransactionCoordinator(StatePartitions):
         log.info("aborting the transaction of %r (producer %d, epoch %d): %s", md.transactional_id,
                  md.producer_id, md.producer_epoch, why)
         new = md.moved(producer_epoch=min(md.producer_epoch + 1, MAX_EPOCH), last_epoch=-1,
-                       state=TxnState.PREPARE_ABORT, last_update_ms=now_ms())
+                       previous_producer_id=-1, state=TxnState.PREPARE_ABORT, last_update_ms=now_ms())
         if await self._transition(md, new) == ErrorCode.none:
             await self._complete(new)
 

@@ -61,6 +61,10 @@ class TxnMetadata:
     last_update_ms: int = -1
     # the epoch before the last InitProducerId: a retry of that call (KIP-360) gets the same answer
     last_epoch: int = -1
+    # the producer id before the last InitProducerId, when that call found the epoch
+    # exhausted and gave a new id: a retry of it gets the same answer too (kept in
+    # memory only, as Kafka 3's coordinator keeps it)
+    previous_producer_id: int = -1
     # a change is being written or its markers sent: other calls answer CONCURRENT_TRANSACTIONS
     busy: bool = field(default=False, compare=False)
 
