@@ -73,6 +73,7 @@ def _a_retry(md: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
         return producer_epoch == md.last_epoch
     return producer_id == md.previous_producer_id and producer_epoch >= MAX_EPOCH - 1
 
+
 class TransactionCoordinator(StatePartitions):
     def __init__(self, partitions, topics, config, index: int, workers: int, leads=None, fenced=None):
         super().__init__(partitions, topics, TRANSACTION_TOPIC, config["transaction.state.log.num.partitions"],
