@@ -335,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         counted = "" if by["appended"] is None else f", {by['appended']:,} appended by the broker's counters"
         notes.append(f"{name} per byte: {by['delivered']:,} records delivered in {by['wall']:.1f} s"
                      f"{'' if by['ok'] else ' (INCOMPLETE)'}{counted}, broker user {by['broker_user']:.2f} + sys "
-                     f"{by['broker_sys']:.2f} s, client {by['client_cpu']:.2f} s")
+                     f"{by['broker_sys']:.2f} s, {by['broker_minor_faults'] / (s.nbytes / MiB):,.1f} minor page faults "
+                     f"per MiB, client {by['client_cpu']:.2f} s")
     before, after = floors[0], floors[-1]
     notes.append(f"floor: recv()+write() of {floor['bytes'] // MiB:.0f} MiB over loopback into the data directory's "
                  f"file system, before and after hpbroker's per-byte phase (the table: their mean): receiver user "

@@ -32,6 +32,17 @@ def tree_cpu(pid: int) -> tuple[float, float]:
     return user, system
 
 
+def tree_minor_faults(pid: int) -> int:
+    """Minor page faults of ``pid`` (with its reaped children) and all its live descendants: pages
+    touched for the first time (on a VM that returns free memory to its host, a fault there too)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    faults = int(fields[7]) + int(fields[8])  # minflt, cminflt: fields 10 and 11
+    return faults + sum(tree_minor_faults(child) for child in children(pid))
+
+
 class Target:
     """What the benchmark needs of a broker under test."""
 
@@ -164,15 +175,17 @@ class Meter:
     def __init__(self, target: Target, clients: list[int] | tuple[int, ...] = ()):
         self.target, self.clients = target, {pid: _pid_cpu(pid) for pid in clients}
         self.own, self.busy, self.broker = _own_cpu(), machine_busy(), tree_cpu(target.pid)
+        self.faults = tree_minor_faults(target.pid)
         self.t0 = time.monotonic()
 
     def stop(self) -> dict[str, float]:
         t1 = time.monotonic()
         user, system = (b - a for a, b in zip(self.broker, tree_cpu(self.target.pid)))
+        faults = tree_minor_faults(self.target.pid) - self.faults
         client = _own_cpu() - self.own + sum(_pid_cpu(p) - c for p, c in self.clients.items())
         busy = machine_busy() - self.busy
         wall = t1 - self.t0
         ncpu = len(os.sched_getaffinity(0))
         return {"t0": self.t0, "t1": t1, "wall": wall, "broker_cpu": user + system, "broker_user": user,
-                "broker_sys": system, "client_cpu": client,
+                "broker_sys": system, "broker_minor_faults": faults, "client_cpu": client,
                 "other_share": max(0.0, busy - user - system - client) / wall / ncpu}

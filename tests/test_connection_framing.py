@@ -26,6 +26,7 @@ import pytest
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
+from hpbroker.workers import connection
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import CLIENT_HOST, Later
 from hpbroker.workers.fetch_response import FileRegion
@@ -223,6 +224,33 @@ def test_pipelined_requests_in_one_write_are_answered_in_order_one_at_a_time():
         assert await s.read(3 * len(answer(0))) == answer(1) + answer(2) + answer(3)
         assert s.handler.handled == [1, 2, 3] and s.handler.most_busy == 1
     run(scenario)
+
+
+def test_reading_pauses_once_the_queued_requests_reach_their_byte_bound_and_resumes_as_they_are_handled(
+        monkeypatch):
+    """A client pipelining large requests faster than they are handled is held
+    back by TCP once a few are queued, not buffered 64 deep."""
+    monkeypatch.setattr(connection, "_MAX_QUEUED_BYTES", 100_000)
+    big = [request(cid, b"x" * 30_000) for cid in range(2, 12)]
+
+    async def scenario(s):
+        s.handler.gates[1] = gate = asyncio.Event()
+        await s.send(request(1))
+        await s.ctx.received(len(request(1)))
+        s.writer.write(b"".join(big))  # not drained: the server stops taking them
+        await s.ctx.received(len(request(1)) + 4 * len(big[0]))
+        assert s.connection.paused and s.connection.queue.qsize() <= 4  # the serving task may hold one
+        assert s.ctx.bytes_in < len(request(1)) + 5 * len(big[0])  # nothing of the fifth frame read yet
+        gate.set()
+        assert await s.read(11 * len(answer(0))) == b"".join(answer(cid) for cid in range(1, 12))
+        assert not s.connection.paused and s.connection.queued_bytes == 0
+
+    async def main():
+        served = Served()
+        served.ctx.config["socket.request.max.bytes"] = 40_000
+        async with served:
+            await scenario(served)
+    asyncio.run(asyncio.wait_for(main(), 20))
 
 
 def test_a_request_that_waits_for_nothing_is_answered_in_the_turn_that_read_it():

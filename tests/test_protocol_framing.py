@@ -1,13 +1,17 @@
 """FrameReader: frames split across reads, several per read, sizes out of
 range; frames larger than the scratch received into buffers of their own;
-every frame writable and independent of the others."""
+every frame writable and independent of the others. LargeFrameBuffers: a
+large frame's buffer serves a later frame only once no view of it is left."""
 
+import gc
 import struct
 
+import numpy
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from hpbroker.protocol import FrameReader, FrameTooLarge, frame
+from hpbroker.protocol.framing import LargeFrameBuffers
 
 SCRATCH = 4096  # a small scratch, so that modest frames take the large-frame path too
 
@@ -135,7 +139,7 @@ def test_a_large_frame_is_received_into_a_buffer_of_its_size_and_counted_as_buff
     assert len(reader.get_buffer()) == len(data) - SCRATCH  # exactly what is missing of it
     assert reader.buffered == SCRATCH - len(frame(b"small"))
     [got] = receive(reader, data[SCRATCH:], SCRATCH)
-    assert bytes(got) == body and len(got.obj) == len(body)  # its own buffer, nothing around it
+    assert bytes(got) == body and len(got) == len(body) and got.obj is not reader._scratch
 
 
 def test_frames_are_writable_and_independent():
@@ -146,3 +150,42 @@ def test_frames_are_writable_and_independent():
     big[:1] = b"y"
     assert bytes(second) == b"bbbb" and bytes(reader.feed(frame(b"next"))[0]) == b"next"
     assert bytes(first) == b"zzzz" and bytes(big[:2]) == b"yc"
+
+
+def test_a_large_frames_buffer_is_reused_only_once_no_view_of_it_is_left():
+    buffers = LargeFrameBuffers(keep_bytes=2**20)
+    first = buffers.take(100_000)
+    first[:3] = b"abc"
+    kept = id(first.obj)  # its id: holding the array itself would keep it in use
+    second = buffers.take(100_000)
+    assert id(second.obj) != kept  # the first is still in use
+    part = numpy.frombuffer(first, numpy.uint8)[1:3]  # a handler's view of a slice, as records are kept
+    del first
+    assert id(buffers.take(90_000).obj) != kept  # the view still holds it
+    assert bytes(part) == b"bc"
+    del part
+    gc.collect()
+    again = buffers.take(90_000)
+    assert id(again.obj) == kept and len(again) == 90_000 and not again.readonly
+    assert buffers.kept_bytes == 3 * 2**17  # sizes round up to a power of two
+
+
+def test_large_frame_buffers_keep_at_most_their_bound_and_a_larger_frame_gets_its_own():
+    buffers = LargeFrameBuffers(keep_bytes=2**18, largest=2**17)
+    held = [buffers.take(2**17) for _ in range(4)]
+    assert buffers.kept_bytes == 2**18  # two kept; the other two are freed with their frames
+    huge = buffers.take(2**17 + 1)
+    assert len(huge) == 2**17 + 1 and buffers.kept_bytes == 2**18
+    assert len({id(v.obj) for v in held}) == 4
+    one = LargeFrameBuffers(keep_buffers=1)
+    held = [one.take(2**17), one.take(2**17)]
+    assert one.kept_bytes == 2**17
+
+
+def test_a_reader_reuses_the_buffer_of_a_large_frame_it_no_longer_hands_out():
+    reader = FrameReader(scratch_bytes=SCRATCH)
+    [first] = reader.feed(frame(b"a" * (3 * SCRATCH)))
+    kept = id(first.obj)
+    del first
+    [second] = reader.feed(frame(b"b" * (3 * SCRATCH)))
+    assert id(second.obj) == kept and bytes(second) == b"b" * (3 * SCRATCH)

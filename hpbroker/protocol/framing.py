@@ -11,8 +11,15 @@ scratch buffer of the connection's and each is copied out into its own
 bytearray. A frame that does not fit the scratch is received into a buffer
 of exactly its size, made once its size prefix is in, so its bytes are copied
 once, by the kernel, however many reads it takes. Either way a frame is a
-writable memoryview (format ``B``) over a buffer of its own that nothing
-reuses: a handler may keep slices of it and stamp them in place.
+writable memoryview (format ``B``) over memory nothing else uses while any
+view of it lives: a handler may keep slices of it and stamp them in place.
+
+Large frames' buffers are kept by the process (``LargeFrameBuffers``) and
+given to a later frame once no view of them is left. A new buffer's pages
+are fresh to the kernel, and on a virtual machine whose free memory goes
+back to the host, fresh to the host too: every 4 KiB of a megabyte produce
+request was a page fault inside ``recv``. A kept buffer's pages are already
+there.
 
 A size that is negative or above ``socket.request.max.bytes`` (Kafka default
 104857600) raises ``FrameTooLarge``: the stream cannot be resynchronised, so the
@@ -27,6 +34,8 @@ them, and the next call raises it.
 from __future__ import annotations
 
 import struct
+import sys
+import threading
 
 import numpy
 
@@ -39,6 +48,58 @@ _size = struct.Struct(">i")
 
 
 SCRATCH_BYTES = 16384  # per connection; a larger frame gets a buffer of its own size
+
+
+class LargeFrameBuffers:
+    """Buffers for frames larger than a connection's scratch, reused once nothing refers to them.
+
+    A buffer is free when the only references to its array are this object's
+    list and the check itself: every memoryview of it holds one (through the
+    managed buffer it was made from), and so does anything a handler built on
+    one (a numpy view, a slice, a write still queued in a transport). What
+    "only" counts to is measured once, on a buffer known free, by the same
+    code that checks, so it holds on any CPython. Sizes round up to a power
+    of two so one buffer serves frames of similar size. At most
+    ``keep_buffers`` buffers and ``keep_bytes`` bytes are kept, each of at
+    most ``largest`` bytes; a frame that finds none free and no room gets a
+    buffer of its own, freed with it.
+    """
+
+    def __init__(self, keep_bytes: int = 32 * 2**20, largest: int = 8 * 2**20, keep_buffers: int = 64) -> None:
+        self.keep_bytes = keep_bytes
+        self.largest = largest
+        self.keep_buffers = keep_buffers
+        self._kept: list[numpy.ndarray] = []
+        self._lock = threading.Lock()  # FrameReaders of several threads (a loop each) may share it
+        self._free_refs = next(_with_refs([numpy.empty(1, numpy.uint8)]))[1]
+
+    @property
+    def kept_bytes(self) -> int:
+        return sum(a.nbytes for a in self._kept)
+
+    def take(self, size: int) -> memoryview:
+        """A writable view of exactly ``size`` bytes, not zeroed (the kernel fills all of it)."""
+        if size > self.largest:
+            return memoryview(numpy.empty(size, numpy.uint8).data)
+        capacity = max(1 << (size - 1).bit_length(), SCRATCH_BYTES)
+        with self._lock:
+            for buffer, refs in _with_refs(self._kept):  # smallest first
+                if refs == self._free_refs and buffer.nbytes >= capacity:
+                    return memoryview(buffer.data)[:size]
+            buffer = numpy.empty(capacity, numpy.uint8)
+            if len(self._kept) < self.keep_buffers and self.kept_bytes + capacity <= self.keep_bytes:
+                self._kept.append(buffer)
+                self._kept.sort(key=lambda a: a.nbytes)
+            return memoryview(buffer.data)[:size]
+
+
+def _with_refs(buffers: list[numpy.ndarray]):
+    """Each buffer with its reference count, taken before anything else here refers to it."""
+    for buffer in buffers:
+        yield buffer, sys.getrefcount(buffer)
+
+
+LARGE_FRAMES = LargeFrameBuffers()
 
 
 class FrameReader:
@@ -96,8 +157,7 @@ class FrameReader:
             stop = pos + SIZE_PREFIX + size
             if stop > end:
                 if SIZE_PREFIX + size > len(scratch):  # it cannot complete here: a buffer of its own
-                    # not zeroed first (bytearray would): the kernel fills all of it
-                    big = self._big = memoryview(numpy.empty(size, numpy.uint8).data)
+                    big = self._big = LARGE_FRAMES.take(size)
                     self._filled = end - pos - SIZE_PREFIX
                     big[:self._filled] = self._view[pos + SIZE_PREFIX:end]
                     self._used = 0

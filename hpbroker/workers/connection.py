@@ -48,6 +48,11 @@ from hpbroker.workers.fetch_response import FileRegion
 log = logging.getLogger(__name__)
 
 _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
+# ... or bytes of them: a producer pipelining megabyte requests faster than they are
+# appended would otherwise hold 64 of them here, each in memory fresh to the kernel
+# (see protocol/framing.py) instead of a reused buffer, and up to 64 times
+# socket.request.max.bytes per connection
+_MAX_QUEUED_BYTES = 4 * 2**20
 _MAX_OWED = 64  # answers owed at once before handling waits for the oldest
 
 
@@ -86,6 +91,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
         self.reader = FrameReader(ctx.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.queued_bytes = 0  # of the frames in ``queue``
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.sock_fd = -1
         self.peer = "?"
@@ -143,13 +149,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 handled_here = True
             else:
                 self.queue.put_nowait(frame)
+                self.queued_bytes += len(frame)
         failed = self.reader.failed  # after whole requests, in the same read
         if failed is not None and not self.closing:
             self._drop(f"request of {failed.size} bytes exceeds socket.request.max.bytes={failed.limit}")
             return
         if handled_here and self.started is None and self.queue.empty() and self._moved():
             self.queue.put_nowait(None)  # handed to another worker: the serving task ends
-        if self.queue.qsize() >= _MAX_QUEUED and not self.paused:
+        if (self.queue.qsize() >= _MAX_QUEUED or self.queued_bytes >= _MAX_QUEUED_BYTES) and not self.paused:
             self.paused = True
             self.transport.pause_reading()
 
@@ -243,7 +250,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # (an acks=0 produce still appends); a dropped connection stops here.
                 if frame is None or self.dropped:
                     return
-                if self.paused and self.queue.qsize() < _MAX_QUEUED // 2:
+                self.queued_bytes -= len(frame)
+                if self.paused and self.queue.qsize() < _MAX_QUEUED // 2 and \
+                        self.queued_bytes < _MAX_QUEUED_BYTES // 2:
                     self.paused = False
                     self.transport.resume_reading()
                 if not await self._one(frame):
