@@ -1,6 +1,7 @@
 """Produce requests read by hand (``protocol/produce_request.py``): the same
 request kio reads from the same bytes, for every version from 3 to 10, with
-the records left as writable slices of the frame; malformed bytes refused."""
+the records left as writable slices of the frame; malformed bytes refused;
+the request without its records answered as the request."""
 
 import datetime
 import importlib
@@ -9,7 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kio.serial import entity_reader
 
+from hpbroker.errors import ErrorCode
 from hpbroker.protocol import MalformedRequest, client_codec, produce_request
+from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.header import parse_request_header
 
 VERSIONS = range(3, 11)
@@ -66,6 +69,23 @@ def test_the_same_request_as_kio_reads_with_records_as_slices_of_the_frame(reque
             assert (None if p.records is None else bytes(p.records)) == q.records
             if p.records is not None:  # a view of the frame itself, writable: Log.append stamps it there
                 assert p.records.obj is frame and not p.records.readonly
+
+
+@given(requests)
+@settings(max_examples=100, deadline=None)
+def test_without_its_records_a_request_keeps_every_field_and_gets_the_same_error_answer(request):
+    """What an acks=all produce keeps while it waits for the replicas: no view
+    of the frame, and the same answer should the wait fail."""
+    frame = _frame(request)
+    version = int.from_bytes(frame[2:4], "big")
+    whole = produce_request.decode(memoryview(frame), _body_start(frame), version)
+    kept = whole.without_records()
+    assert kept[:4] == whole[:4]
+    assert [(t.name, [p.index for p in t.partition_data]) for t in kept.topic_data] == \
+        [(t.name, [p.index for p in t.partition_data]) for t in whole.topic_data]
+    assert all(p.records is None for t in kept.topic_data for p in t.partition_data)
+    assert error_response(0, version, kept, ErrorCode.not_enough_replicas, "x") == \
+        error_response(0, version, whole, ErrorCode.not_enough_replicas, "x")
 
 
 @pytest.mark.parametrize("version", VERSIONS)

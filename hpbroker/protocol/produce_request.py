@@ -68,6 +68,13 @@ class ProduceRequest(NamedTuple):
     def timeout(self) -> datetime.timedelta:
         return datetime.timedelta(milliseconds=self.timeout_ms)
 
+    def without_records(self) -> "ProduceRequest":
+        """The same request with every partition's records left out: what an
+        answer to it needs, without keeping the frame they are slices of."""
+        return self._replace(topic_data=tuple(
+            TopicProduceData(t.name, tuple(PartitionProduceData(p.index, None) for p in t.partition_data))
+            for t in self.topic_data))
+
     def as_kio(self):
         """The same request as kio's classes of its version (records as bytes)."""
         request_type, topic_type, partition_type = _classes(self.version)

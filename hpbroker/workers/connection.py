@@ -437,7 +437,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return None
         if isinstance(response, Later):
             task: list[asyncio.Task] = []
-            task.append(asyncio.get_running_loop().create_task(self._finish(header, request, started, response, task)))
+            mirrored = request if response.request is None else response.request
+            task.append(asyncio.get_running_loop().create_task(self._finish(header, mirrored, started, response, task)))
             return task[0]
         observe.request_done(header.api_key, header.api_version, started)
         if response is None:

@@ -42,10 +42,13 @@ class Later:
     appended while earlier ones wait, and one move of the high watermark
     answers them all."""
 
-    __slots__ = ("rest",)
+    __slots__ = ("rest", "request")
 
-    def __init__(self, rest: Coroutine[Any, Any, list]):
+    def __init__(self, rest: Coroutine[Any, Any, list], request=None):
         self.rest = rest  # makes the response: a list of pieces
+        # what an error answer mirrors if ``rest`` fails, in place of the request
+        # handled, when that holds what the wait should not keep (a produce's records)
+        self.request = request
 
 
 @dataclass

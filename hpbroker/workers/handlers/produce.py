@@ -153,8 +153,12 @@ async def handle(ctx, header, request):
     else:
         results = await _append_all(ctx, work, acks, transactional_id, header.api_version)
         if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
-            # appended: the next request may be handled while this one waits for the replicas
-            return Later(_answer_replicated(ctx, header, work, results, request.timeout.total_seconds()))
+            # appended: the next request may be handled while this one waits for the replicas.
+            # The wait keeps where the records went, not the records: the request's buffer
+            # serves another request while the followers catch up (protocol/framing.py).
+            placed = [(topic, partition, None) for topic, partition, _ in work]
+            return Later(_answer_replicated(ctx, header, placed, results, request.timeout.total_seconds()),
+                         request.without_records())
     if acks == 0:
         # No response exists; a failure closes the connection, as Kafka does,
         # so the client notices (it reconnects and refreshes its metadata).
