@@ -8,7 +8,8 @@
    acks=1 on the same cluster (which separates waiting for followers from
    the rest).  Same client settings, record sizes and partition count (3).
    Throughput: as many records as the client can queue (batching as
-   bench/e2e.py).  Latency: produce() to delivery callback, paced at a fixed
+   bench/e2e.py), with the brokers' CPU and minor page faults (pages they
+   touched for the first time) per byte.  Latency: produce() to delivery callback, paced at a fixed
    rate of records/s with linger.ms=1, the first second dropped.
 2. Unavailability on failover: a steady idempotent acks=all producer on a
    single-partition topic (RF 3) timestamps every acknowledgement.  SIGKILL of
@@ -46,6 +47,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
 from bench.memory_probe import describe as page_cache_state  # noqa: E402
+from bench.targets import tree_minor_faults  # noqa: E402
 from harness.broker import Broker, BrokerError  # noqa: E402
 from harness.cluster import FAST, Cluster  # noqa: E402
 from harness.waiting import wait_for  # noqa: E402
@@ -111,6 +113,11 @@ class Target:
     def cpu(self) -> float:
         return sum(sum(b.cpu_times()) for b in self.brokers)
 
+    def minor_faults(self) -> int:
+        """Pages the brokers touched for the first time (on a VM returning free memory to its host,
+        a fault into the host as well)."""
+        return sum(tree_minor_faults(b.pid) for b in self.brokers)
+
     def topic(self, kind: str, size: int) -> str:
         return f"{kind}-{size}-{self.name.replace(' ', '-').replace('=', '')}"
 
@@ -125,7 +132,7 @@ def throughput(target: Target, size: int, n: int) -> dict:
         raise RuntimeError(f"{target.name}: warm-up not delivered")
     payload = os.urandom(size)
     produce_one, poll = p.produce, p.poll
-    b0, c0, m0, t0 = target.cpu(), client_cpu(), machine_busy(), time.perf_counter()
+    b0, f0, c0, m0, t0 = target.cpu(), target.minor_faults(), client_cpu(), machine_busy(), time.perf_counter()
     for i in range(n):
         while True:
             try:
@@ -139,6 +146,7 @@ def throughput(target: Target, size: int, n: int) -> dict:
     wall = time.perf_counter() - t0
     broker, client = target.cpu() - b0, client_cpu() - c0
     return {"rps": n / wall, "mbps": n * size / wall / MB, "wall": wall, "broker_cpu": broker, "client_cpu": client,
+            "faults": target.minor_faults() - f0,
             "other_cpu": max(0.0, machine_busy() - m0 - broker - client), "bytes": n * size, "undelivered": left}
 
 
@@ -227,6 +235,7 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
             rows.append([f"{size} B", t.name, " / ".join(f"{r['rps']:,.0f}" for r in rs),
                          " / ".join(f"{r['mbps']:.1f}" for r in rs), ratio if t.name != base else "1",
                          " / ".join(f"{r['broker_cpu'] / (r['bytes'] / GB):.1f}" for r in rs),
+                         " / ".join(f"{r['faults'] / (r['bytes'] / MB):.0f}" for r in rs),
                          " / ".join(f"{100 * r['client_cpu'] / r['wall'] / ncpu:.0f}%" for r in rs),
                          " / ".join(f"{100 * r['other_cpu'] / r['wall'] / ncpu:.0f}%" for r in rs)
                          + ("".join(f" UNDELIVERED {r['undelivered']}" for r in rs if r["undelivered"]))])
@@ -239,7 +248,7 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                               " / ".join(f"{100 * x['cpu']:.0f}%" for x in ls),
                               " / ".join(str(x["errors"]) for x in ls)])
     return ([rows, ["size", "target", "records/s", "MB/s", "ratio to standalone", "broker CPU s/GB",
-                    "client CPU", "other load"]],
+                    "broker minor faults per MB", "client CPU", "other load"]],
             [lrows, ["paced", "size", "target", "p50 ms", "p99 ms", "max ms", "broker CPU (of one core)", "errors"]],
             cluster_logs)
 
