@@ -9,8 +9,9 @@
    the rest).  Same client settings, record sizes and partition count (3).
    Throughput: as many records as the client can queue (batching as
    bench/e2e.py), with the brokers' CPU and minor page faults (pages they
-   touched for the first time) per byte.  Latency: produce() to delivery callback, paced at a fixed
-   rate of records/s with linger.ms=1, the first second dropped.
+   touched for the first time) per byte.  Latency: produce() to delivery
+   callback, paced at a fixed rate of records/s with linger.ms=1, the first
+   second dropped.
 2. Unavailability on failover: a steady idempotent acks=all producer on a
    single-partition topic (RF 3) timestamps every acknowledgement.  SIGKILL of
    the partition's leader: time to the first acknowledgement of a record

@@ -6,7 +6,7 @@ the connection's context; one that waits goes on in a task, the next behind
 it, and a stopping worker waits for it), and the frames it refuses (too
 large, negative, empty, a truncated header) closing the connection with one
 log line; end of file mid-frame; an answer from a file larger than the
-socket takes at once.
+socket takes at once; reading paused while too many bytes of requests wait.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
