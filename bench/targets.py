@@ -19,7 +19,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.e2e import machine_busy
-from harness.broker import Broker, children, cpu_times, free_port
+from harness.broker import Broker, children, cpu_times, free_port, minor_faults
 from harness.waiting import wait_for
 
 
@@ -35,12 +35,7 @@ def tree_cpu(pid: int) -> tuple[float, float]:
 def tree_minor_faults(pid: int) -> int:
     """Minor page faults of ``pid`` (with its reaped children) and all its live descendants: pages
     touched for the first time (on a VM that returns free memory to its host, a fault there too)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    faults = int(fields[7]) + int(fields[8])  # minflt, cminflt: fields 10 and 11
-    return faults + sum(tree_minor_faults(child) for child in children(pid))
+    return minor_faults(pid, reaped_children=True) + sum(tree_minor_faults(child) for child in children(pid))
 
 
 class Target:

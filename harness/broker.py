@@ -98,15 +98,23 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def cpu_times(pid: int, reaped_children: bool = False) -> tuple[float, float]:
-    """(user, system) seconds of one process ((0, 0) if it is gone); with
-    ``reaped_children`` also cutime / cstime, the time of children it has waited for."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (``[0]`` is field 3,
+    the state); None if the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def cpu_times(pid: int, reaped_children: bool = False) -> tuple[float, float]:
+    """(user, system) seconds of one process ((0, 0) if it is gone); with
+    ``reaped_children`` also cutime / cstime, the time of children it has waited for."""
+    fields = _stat_fields(pid)
+    if fields is None:
         return 0.0, 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state); utime, stime, cutime, cstime are fields 14-17
+    # utime, stime, cutime, cstime are fields 14-17
     user, system = int(fields[11]), int(fields[12])
     if reaped_children:
         user, system = user + int(fields[13]), system + int(fields[14])
@@ -116,6 +124,16 @@ def cpu_times(pid: int, reaped_children: bool = False) -> tuple[float, float]:
 
 def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
     return sum(cpu_times(pid, reaped_children))
+
+
+def minor_faults(pid: int, reaped_children: bool = False) -> int:
+    """Minor page faults of one process (0 if it is gone): pages it touched for
+    the first time; with ``reaped_children`` also those of children it has waited for."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0
+    # minflt, cminflt are fields 10 and 11
+    return int(fields[7]) + (int(fields[8]) if reaped_children else 0)
 
 
 class Broker:
