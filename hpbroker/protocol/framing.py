@@ -79,18 +79,18 @@ class LargeFrameBuffers:
 
     def take(self, size: int) -> memoryview:
         """A writable view of exactly ``size`` bytes, not zeroed (the kernel fills all of it)."""
-        if size > self.largest:
-            return memoryview(numpy.empty(size, numpy.uint8).data)
-        capacity = max(1 << (size - 1).bit_length(), SCRATCH_BYTES)
-        with self._lock:
-            for buffer, refs in _with_refs(self._kept):  # smallest first
-                if refs == self._free_refs and buffer.nbytes >= capacity:
+        if size <= self.largest:
+            capacity = max(1 << (size - 1).bit_length(), SCRATCH_BYTES)
+            with self._lock:
+                for buffer, refs in _with_refs(self._kept):  # smallest first
+                    if refs == self._free_refs and buffer.nbytes >= capacity:
+                        return memoryview(buffer.data)[:size]
+                if len(self._kept) < self.keep_buffers and self.kept_bytes + capacity <= self.keep_bytes:
+                    buffer = numpy.empty(capacity, numpy.uint8)
+                    self._kept.append(buffer)
+                    self._kept.sort(key=lambda a: a.nbytes)
                     return memoryview(buffer.data)[:size]
-            buffer = numpy.empty(capacity, numpy.uint8)
-            if len(self._kept) < self.keep_buffers and self.kept_bytes + capacity <= self.keep_bytes:
-                self._kept.append(buffer)
-                self._kept.sort(key=lambda a: a.nbytes)
-            return memoryview(buffer.data)[:size]
+        return memoryview(numpy.empty(size, numpy.uint8).data)  # one of its own, freed with the frame
 
 
 def _with_refs(buffers: list[numpy.ndarray]):
