@@ -89,11 +89,8 @@ def children(pid: int) -> set[int]:
         # kernels without CONFIG_PROC_CHILDREN: scan every process's parent
         for entry in os.listdir("/proc"):
             if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                except OSError:
-                    continue
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                fields = _stat_fields(int(entry))
+                if fields is not None and int(fields[1]) == pid:  # field 4, the parent
                     found.add(int(entry))
     return found
 
@@ -338,11 +335,8 @@ def _server_socket_inode(pid: int, server_port: int, client_port: int) -> int | 
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def _signal(pid: int, sig: int) -> None:
