@@ -312,7 +312,7 @@ def test_corrupt_record_error_is_a_value_error():
 def test_background_checkpoints_are_all_written_by_close(tmp_path):
     from hpbroker.storage import LogManager, checkpoints as ckpt
 
-    logs = LogManager([str(tmp_path)], LogConfig(), background_checkpoints=True).open()
+    logs = LogManager([str(tmp_path)], LogConfig(), background_io=True).open()
     partition_log = logs.get_or_create_log("events", 0)
     partition_log.append(make_batch(3))
     logs.write_checkpoints()  # queued to the writer thread

@@ -42,6 +42,7 @@ import shutil
 import struct
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,7 +55,7 @@ from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.kernels.layout import CONTROL_BIT, TRANSACTIONAL_BIT
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
-from hpbroker.storage import append_validation, checkpoints, filenames, leader_epochs, log_loader
+from hpbroker.storage import append_validation, background_flush, checkpoints, filenames, leader_epochs, log_loader
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
@@ -149,6 +150,9 @@ class Log:
         self._flushed_offset = 0
         self._last_flush_ms = now_ms()
         self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
+        # Where tick() sends its roll and time flushes (``background_flush``); None: it waits for them itself.
+        self.flusher: Executor | None = None
+        self._flush_job: background_flush.FlushJob | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._leader_epochs = LeaderEpochCache()
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
@@ -577,10 +581,13 @@ class Log:
     # --- flushing and periodic work -----------------------------------------------
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [flushed, up_to) (default:
-        everything written) and advance the recovery point."""
+        everything written) and advance the recovery point.  A background
+        flush under way is waited for first."""
+        self._settle_background_flush()
         self._write_staged()
         if self._unsynced_snapshot is not None:
-            self._sync_snapshot()
+            path, self._unsynced_snapshot = self._unsynced_snapshot, None
+            background_flush.fsync_snapshot(self._name, path)
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         if target <= self._flushed_offset:
             return
@@ -592,20 +599,33 @@ class Log:
         self._flushed_offset = max(self._flushed_offset, target)
         self._last_flush_ms = now_ms()
 
-    def _sync_snapshot(self) -> None:
-        path, self._unsynced_snapshot = self._unsynced_snapshot, None
-        assert path is not None  # flush() syncs it only then
+    def _flush_in_background(self, up_to: int | None) -> None:
+        """Hand what ``flush(up_to)`` would fsync to ``self.flusher``; the
+        flushed offset moves when ``tick()`` sees it done."""
+        assert self.flusher is not None
+        self._write_staged()
+        target = self._written_offset if up_to is None else min(up_to, self._written_offset)
+        snapshot, self._unsynced_snapshot = self._unsynced_snapshot, None
+        if target <= self._flushed_offset and snapshot is None:
+            return
+        segments = self._segments_overlapping(self._flushed_offset, target) if target > self._flushed_offset else ()
+        self._flush_job = background_flush.start(self.flusher, self._name, target, segments, snapshot)
+
+    def _finish_background_flush(self) -> None:
+        job, self._flush_job = self._flush_job, None
+        assert job is not None
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # already deleted by retention or a reload
-        try:
-            os.fsync(fd)
-            checkpoints.fsync_dir(self.directory)
-        except OSError as exc:  # as in log_loader.take_snapshot: costs replay work at most
-            log.warning("%s: fsync of %s failed: %s", self._name, path, exc)
-        finally:
-            os.close(fd)
+            job.future.result()
+        except OSError as exc:
+            raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
+        self._flushed_offset = max(self._flushed_offset, job.target)
+        self._last_flush_ms = now_ms()
+
+    def _settle_background_flush(self) -> None:
+        """Wait for a background flush under way (its segments may be about to change or close)."""
+        if self._flush_job is not None:
+            self._flush_job.future.exception()  # waits; the outcome is read by the finish
+            self._finish_background_flush()
 
     def tick(self, now: int | None = None) -> None:
         """Periodic work: the time flush policy, the flush a roll asked for,
@@ -615,11 +635,16 @@ class Log:
         if now - self._last_producer_expiry_ms >= self.config.producer_id_expiration_check_interval_ms:
             self._last_producer_expiry_ms = now
             self.producer_state.remove_expired(now)
+        if self._flush_job is not None:
+            if not self._flush_job.future.done():
+                return  # its segments stay open and undeleted until it ends
+            self._finish_background_flush()
+        flush = self.flush if self.flusher is None else self._flush_in_background
         if self._flush_requested_to > self._flushed_offset:
-            self.flush(self._flush_requested_to)
-        if self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
-            self.flush()
-        if self._pending_deletes and self._pending_deletes[0][0] <= now:
+            flush(self._flush_requested_to)
+        elif self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
+            flush(None)
+        if self._flush_job is None and self._pending_deletes and self._pending_deletes[0][0] <= now:
             with self._lock:
                 due = [s for t, s in self._pending_deletes if t <= now]
                 self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
@@ -826,6 +851,7 @@ class Log:
         self._write_staged()
         if offset >= self._log_end_offset:
             return
+        self._settle_background_flush()  # before the flushed offset may go down with the end
         if offset < self.log_start_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self._log_end_offset)
         with self._clean_lock, self._lock:
@@ -949,6 +975,10 @@ class Log:
 
     def delete(self) -> None:
         """Remove the whole partition directory (DeleteTopics)."""
+        try:
+            self._settle_background_flush()
+        except KafkaStorageError:
+            pass  # its files are going anyway
         with self._lock:
             self._closed = True
         for segment in self._segments:

@@ -56,7 +56,7 @@ class LogManager:
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
         owns=None,
         manage_root: bool = True,
-        background_checkpoints: bool = False,
+        background_io: bool = False,
         replicated: bool = False,
     ):
         if not log_dirs:
@@ -74,9 +74,10 @@ class LogManager:
         self._last_retention_ms = self._last_checkpoint_ms = self._last_high_watermark_ms = now_ms()
         self.had_clean_shutdown = True
         self._owns = owns or (lambda topic, partition: True)
-        # A broker's event loop must not wait on checkpoint fsyncs: the rows are
-        # taken on the caller's thread, the files written (in order) by this one.
-        self._checkpoint_io = (ThreadPoolExecutor(1, thread_name_prefix="checkpoints") if background_checkpoints
+        # A broker's event loop must not wait on fsyncs nobody's answer waits
+        # for: the checkpoints (rows taken on the caller's thread, files written
+        # in order by this one) and the logs' roll and time flushes.
+        self._background_io = (ThreadPoolExecutor(1, thread_name_prefix="storage-io") if background_io
                                else None)
         self.manage_root = manage_root
         self.root = LogDirRoots(log_dirs, broker_id=broker_id, cluster_id=cluster_id) if manage_root else None
@@ -125,6 +126,7 @@ class LogManager:
                 clean_shutdown=clean,
                 cleaner_offset=cleaner_offsets.get(parsed),
             )
+            self._logs[parsed].flusher = self._background_io
             if self.replicated:
                 self._logs[parsed].high_watermark = max(high_watermarks.get(parsed, 0),
                                                         self._logs[parsed].log_start_offset)
@@ -133,9 +135,9 @@ class LogManager:
     def close(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
         self.stop_cleaner()
-        if self._checkpoint_io is not None:
-            self._checkpoint_io.shutdown(wait=True)  # earlier writes land before the final ones
-            self._checkpoint_io = None
+        if self._background_io is not None:
+            self._background_io.shutdown(wait=True)  # earlier writes land before the final ones
+            self._background_io = None
         for partition_log in self._logs.values():
             partition_log.close()
         self.write_checkpoints()
@@ -163,6 +165,7 @@ class LogManager:
         path = os.path.join(log_dir, name)
         created = Log.open(path, topic, partition, self._config_for(topic),
                            topic_id=topic_id or checkpoints.new_kafka_uuid())
+        created.flusher = self._background_io
         if self.replicated:
             created.high_watermark = created.log_start_offset  # nothing confirmed yet
         self._logs[key], self._dir_of[key] = created, log_dir
@@ -285,10 +288,10 @@ class LogManager:
             thread.stop()
 
     def _write_checkpoint(self, path: str, rows: dict) -> None:
-        if self._checkpoint_io is None:
+        if self._background_io is None:
             self._merge_checkpoint(path, rows)
         else:
-            self._checkpoint_io.submit(self._merge_checkpoint_logged, path, rows)
+            self._background_io.submit(self._merge_checkpoint_logged, path, rows)
 
     def _merge_checkpoint_logged(self, path: str, rows: dict) -> None:
         try:

@@ -90,9 +90,10 @@ class TransactionIndex:
         return found, False
 
     def flush(self) -> None:
-        if not os.path.exists(self.path):
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # none yet, or renamed for deletion by the owner while a background flush ran
             return
-        fd = os.open(self.path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

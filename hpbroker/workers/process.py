@@ -90,7 +90,7 @@ class Worker:
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
             owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
             manage_root=False,
-            background_checkpoints=True,
+            background_io=True,
             replicated=self.link is not None,
         ).open(clean_shutdown=self.clean_shutdown)
         self.logs.start_cleaner()  # compaction of compact topics, off the event loop

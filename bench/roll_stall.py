@@ -1,0 +1,138 @@
+"""What rolling segments costs a busy broker: throughput, and the latency of
+a light producer beside the load, with segments that never roll and with
+segments that roll every ``--segment-mib``, in one run.
+
+    .venv/bin/python bench/roll_stall.py [--seconds 8] [--segment-mib 256] [--rounds 2]
+
+Each phase starts a fresh standalone broker (two workers) and drives it
+with librdkafka's C ``rdkafka_performance``: 1 KiB records into the two
+partitions of one topic, acks=1, linger.ms=5, as fast as it goes.  Beside
+it a confluent-kafka producer sends one 5 B record every 5 ms (linger.ms=0,
+acks=1), alternating partitions; its delivery latency (librdkafka's own,
+produce() to the delivery report) is what a light client meets while the
+heavy one runs.  Throughput is the growth of the topic's ``.log`` files over
+the window.  A roll asks for the closed segment to be fsynced; the phases
+differ only in ``log.segment.bytes``, so the difference between their rows
+is what those flushes cost the request path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import confluent_kafka as ck  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from bench import tools  # noqa: E402
+from harness.broker import Broker  # noqa: E402
+
+TOPIC = "rolls"
+NEVER = 2**31 - 1  # the largest log.segment.bytes: no roll within a phase
+
+
+class Probe(threading.Thread):
+    """One small record every ``period`` seconds; delivery latencies in ``latencies``."""
+
+    def __init__(self, bootstrap: str, period: float = 0.005):
+        super().__init__(daemon=True)
+        self.bootstrap, self.period = bootstrap, period
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.stopping = threading.Event()
+
+    def _delivered(self, err, msg) -> None:
+        if err:
+            self.errors += 1
+        else:
+            self.latencies.append(msg.latency())
+
+    def run(self) -> None:
+        producer = ck.Producer({"bootstrap.servers": self.bootstrap, "acks": 1, "linger.ms": 0})
+        sent = 0
+        while not self.stopping.is_set():
+            producer.produce(TOPIC, b"probe", partition=sent % 2, on_delivery=self._delivered)
+            sent += 1
+            producer.poll(self.period)
+        producer.flush(30)
+
+
+def _log_bytes(data_dir: Path) -> int:
+    return sum(f.stat().st_size for f in data_dir.glob(f"{TOPIC}-*/*.log"))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def phase(segment_bytes: int, seconds: float, work: Path) -> dict:
+    data_dir = work / f"data-{segment_bytes}-{time.monotonic_ns()}"
+    broker = Broker(data_dir, overrides={"num.workers": "2", "log.segment.bytes": str(segment_bytes)})
+    broker.start()
+    load = None
+    probe = Probe(broker.bootstrap)
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
+        probe.start()
+        load = subprocess.Popen([str(tools.rdkafka_performance()), "-P", "-t", TOPIC, "-s", "1024", "-a", "1",
+                                 "-b", broker.bootstrap, "-c", "1000000000", "-X", "linger.ms=5"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # the load up to speed before the window opens
+        probe.latencies.clear()
+        before, started = _log_bytes(data_dir), time.monotonic()
+        time.sleep(seconds)
+        grown, elapsed = _log_bytes(data_dir) - before, time.monotonic() - started
+        latencies = sorted(probe.latencies)
+    finally:
+        probe.stopping.set()
+        if load is not None:
+            load.terminate()
+            load.wait()
+        probe.join(60)
+        broker.stop()
+    rolls = broker.log_path.read_text(errors="replace").count("rolled to segment")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return {"mibps": grown / elapsed / 2**20, "rolls": rolls, "n": len(latencies), "errors": probe.errors,
+            "p50": _percentile(latencies, 0.5) * 1e3, "p99": _percentile(latencies, 0.99) * 1e3,
+            "max": (latencies[-1] if latencies else float("nan")) * 1e3}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured window of each phase")
+    parser.add_argument("--segment-mib", type=int, default=256, help="log.segment.bytes of the rolling phase, MiB")
+    parser.add_argument("--rounds", type=int, default=2, help="both phases this many times, alternating")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="roll-stall-"))
+    rows = []
+    try:
+        for round_ in range(1, args.rounds + 1):
+            for label, size in (("never", NEVER), (f"every {args.segment_mib} MiB", args.segment_mib << 20)):
+                print(f"round {round_}: segments roll {label} ...", file=sys.stderr, flush=True)
+                rows.append((round_, label, phase(size, args.seconds, work)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    print(f"tree {tree}; {args.seconds:g} s windows; probe: 1 record / 5 ms beside 1 KiB records at full speed\n")
+    print("| round | segments roll | MiB/s | rolls | probe p50 ms | probe p99 ms | probe max ms | probe records |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for round_, label, r in rows:
+        errors = f" ({r['errors']} failed)" if r["errors"] else ""
+        print(f"| {round_} | {label} | {r['mibps']:.0f} | {r['rolls']} | {r['p50']:.1f} | {r['p99']:.1f} "
+              f"| {r['max']:.0f} | {r['n']}{errors} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
