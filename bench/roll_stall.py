@@ -1,6 +1,7 @@
-"""What rolling segments costs a busy broker: throughput, and the latency of
-a light producer beside the load, with segments that never roll and with
-segments that roll every ``--segment-mib``, in one run.
+"""What rolling and deleting segments costs a busy broker: throughput, and
+the latency of a light producer beside the load, with segments that never
+roll, with segments that roll every ``--segment-mib``, and with retention
+deleting them as fast as they roll, in one run.
 
     .venv/bin/python bench/roll_stall.py [--seconds 8] [--segment-mib 256] [--rounds 2]
 
@@ -11,9 +12,12 @@ it a confluent-kafka producer sends one 5 B record every 5 ms (linger.ms=0,
 acks=1), alternating partitions; its delivery latency (librdkafka's own,
 produce() to the delivery report) is what a light client meets while the
 heavy one runs.  Throughput is the growth of the topic's ``.log`` files over
-the window.  A roll asks for the closed segment to be fsynced; the phases
-differ only in ``log.segment.bytes``, so the difference between their rows
-is what those flushes cost the request path.
+the window.  A roll asks for the closed segment to be fsynced; the first
+two phases differ only in ``log.segment.bytes``, so the difference between
+their rows is what those flushes cost the request path.  The third keeps
+``log.retention.bytes`` at two segments, checked every second, with a delete
+delay of one second: each roll then also unlinks an old segment (still in
+the page cache), which is what a full disk's retention does all day.
 """
 
 from __future__ import annotations
@@ -74,9 +78,9 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def phase(segment_bytes: int, seconds: float, work: Path) -> dict:
-    data_dir = work / f"data-{segment_bytes}-{time.monotonic_ns()}"
-    broker = Broker(data_dir, overrides={"num.workers": "2", "log.segment.bytes": str(segment_bytes)})
+def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
+    data_dir = work / f"data-{time.monotonic_ns()}"
+    broker = Broker(data_dir, overrides={"num.workers": "2", **settings})
     broker.start()
     load = None
     probe = Probe(broker.bootstrap)
@@ -100,9 +104,11 @@ def phase(segment_bytes: int, seconds: float, work: Path) -> dict:
             load.wait()
         probe.join(60)
         broker.stop()
-    rolls = broker.log_path.read_text(errors="replace").count("rolled to segment")
+    broker_log = broker.log_path.read_text(errors="replace")
+    rolls, deletes = broker_log.count("rolled to segment"), broker_log.count("deleting segment")
     shutil.rmtree(data_dir, ignore_errors=True)
-    return {"mibps": grown / elapsed / 2**20, "rolls": rolls, "n": len(latencies), "errors": probe.errors,
+    return {"mibps": grown / elapsed / 2**20, "rolls": rolls, "deletes": deletes, "n": len(latencies),
+            "errors": probe.errors,
             "p50": _percentile(latencies, 0.5) * 1e3, "p99": _percentile(latencies, 0.99) * 1e3,
             "max": (latencies[-1] if latencies else float("nan")) * 1e3}
 
@@ -110,26 +116,36 @@ def phase(segment_bytes: int, seconds: float, work: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="measured window of each phase")
-    parser.add_argument("--segment-mib", type=int, default=256, help="log.segment.bytes of the rolling phase, MiB")
+    parser.add_argument("--segment-mib", type=int, default=256, help="log.segment.bytes of the rolling phases, MiB")
     parser.add_argument("--rounds", type=int, default=2, help="both phases this many times, alternating")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="roll-stall-"))
+    segment = args.segment_mib << 20
+    phases = [
+        ("never", {"log.segment.bytes": str(NEVER)}),
+        (f"every {args.segment_mib} MiB", {"log.segment.bytes": str(segment)}),
+        (f"every {args.segment_mib} MiB, retention deletes them", {
+            "log.segment.bytes": str(segment), "log.retention.bytes": str(2 * segment),
+            "log.retention.check.interval.ms": "1000", "log.segment.delete.delay.ms": "1000"}),
+    ]
     rows = []
     try:
         for round_ in range(1, args.rounds + 1):
-            for label, size in (("never", NEVER), (f"every {args.segment_mib} MiB", args.segment_mib << 20)):
+            for label, settings in phases:
                 print(f"round {round_}: segments roll {label} ...", file=sys.stderr, flush=True)
-                rows.append((round_, label, phase(size, args.seconds, work)))
+                rows.append((round_, label, phase(settings, args.seconds, work)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     print(f"tree {tree}; {args.seconds:g} s windows; probe: 1 record / 5 ms beside 1 KiB records at full speed\n")
-    print("| round | segments roll | MiB/s | rolls | probe p50 ms | probe p99 ms | probe max ms | probe records |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| round | segments roll | MiB/s | rolls | deletes | probe p50 ms | probe p99 ms | probe max ms "
+          "| probe records |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for round_, label, r in rows:
         errors = f" ({r['errors']} failed)" if r["errors"] else ""
-        print(f"| {round_} | {label} | {r['mibps']:.0f} | {r['rolls']} | {r['p50']:.1f} | {r['p99']:.1f} "
+        print(f"| {round_} | {label} | {r['mibps']:.0f} | {r['rolls']} | {r['deletes']} | {r['p50']:.1f} "
+              f"| {r['p99']:.1f} "
               f"| {r['max']:.0f} | {r['n']}{errors} |")
     return 0
 

@@ -55,7 +55,7 @@ from hpbroker.kernels.batch_scan import STOP_END, STOP_TORN
 from hpbroker.kernels.layout import CONTROL_BIT, TRANSACTIONAL_BIT
 from hpbroker.records import CorruptRecordError, batch as batch_format
 from hpbroker.records.recompress import recompress_batches
-from hpbroker.storage import append_validation, background_flush, checkpoints, filenames, leader_epochs, log_loader
+from hpbroker.storage import append_validation, background_io, checkpoints, filenames, leader_epochs, log_loader
 from hpbroker.storage.config import LogConfig
 from hpbroker.storage.errors import (
     CorruptBatchError,
@@ -150,9 +150,10 @@ class Log:
         self._flushed_offset = 0
         self._last_flush_ms = now_ms()
         self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
-        # Where tick() sends its roll and time flushes (``background_flush``); None: it waits for them itself.
+        # Where tick() sends its roll and time flushes and its segment unlinks
+        # (``background_io``); None: it does them itself.
         self.flusher: Executor | None = None
-        self._flush_job: background_flush.FlushJob | None = None
+        self._flush_job: background_io.FlushJob | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._leader_epochs = LeaderEpochCache()
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
@@ -583,11 +584,11 @@ class Log:
         """fsync every segment holding offsets in [flushed, up_to) (default:
         everything written) and advance the recovery point.  A background
         flush under way is waited for first."""
-        self._settle_background_flush()
+        self._settle_flush_job()
         self._write_staged()
         if self._unsynced_snapshot is not None:
             path, self._unsynced_snapshot = self._unsynced_snapshot, None
-            background_flush.fsync_snapshot(self._name, path)
+            background_io.fsync_snapshot(self._name, path)
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         if target <= self._flushed_offset:
             return
@@ -609,9 +610,9 @@ class Log:
         if target <= self._flushed_offset and snapshot is None:
             return
         segments = self._segments_overlapping(self._flushed_offset, target) if target > self._flushed_offset else ()
-        self._flush_job = background_flush.start(self.flusher, self._name, target, segments, snapshot)
+        self._flush_job = background_io.start(self.flusher, self._name, target, segments, snapshot)
 
-    def _finish_background_flush(self) -> None:
+    def _finish_flush_job(self) -> None:
         job, self._flush_job = self._flush_job, None
         assert job is not None
         try:
@@ -621,11 +622,11 @@ class Log:
         self._flushed_offset = max(self._flushed_offset, job.target)
         self._last_flush_ms = now_ms()
 
-    def _settle_background_flush(self) -> None:
+    def _settle_flush_job(self) -> None:
         """Wait for a background flush under way (its segments may be about to change or close)."""
         if self._flush_job is not None:
             self._flush_job.future.exception()  # waits; the outcome is read by the finish
-            self._finish_background_flush()
+            self._finish_flush_job()
 
     def tick(self, now: int | None = None) -> None:
         """Periodic work: the time flush policy, the flush a roll asked for,
@@ -638,7 +639,7 @@ class Log:
         if self._flush_job is not None:
             if not self._flush_job.future.done():
                 return  # its segments stay open and undeleted until it ends
-            self._finish_background_flush()
+            self._finish_flush_job()
         flush = self.flush if self.flusher is None else self._flush_in_background
         if self._flush_requested_to > self._flushed_offset:
             flush(self._flush_requested_to)
@@ -648,8 +649,10 @@ class Log:
             with self._lock:
                 due = [s for t, s in self._pending_deletes if t <= now]
                 self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
-            for segment in due:
-                segment.close_and_unlink()
+            if self.flusher is None:
+                background_io.unlink_segments(self._name, due)
+            else:  # after any flush handed over before (one thread, in order)
+                self.flusher.submit(background_io.unlink_segments, self._name, due)
 
     def _segments_overlapping(self, start: int, end: int) -> tuple[LogSegment, ...]:
         """Segments holding any offset in [start, end)."""
@@ -851,7 +854,7 @@ class Log:
         self._write_staged()
         if offset >= self._log_end_offset:
             return
-        self._settle_background_flush()  # before the flushed offset may go down with the end
+        self._settle_flush_job()  # before the flushed offset may go down with the end
         if offset < self.log_start_offset:
             raise OffsetOutOfRangeError(offset, self.log_start_offset, self._log_end_offset)
         with self._clean_lock, self._lock:
@@ -976,7 +979,7 @@ class Log:
     def delete(self) -> None:
         """Remove the whole partition directory (DeleteTopics)."""
         try:
-            self._settle_background_flush()
+            self._settle_flush_job()
         except KafkaStorageError:
             pass  # its files are going anyway
         with self._lock:
@@ -989,7 +992,10 @@ class Log:
         parent = os.path.dirname(self.directory)
         doomed = os.path.join(parent, filenames.delete_dir_name(self.topic, self.partition))
         os.rename(self.directory, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if self.flusher is None:
+            shutil.rmtree(doomed, ignore_errors=True)
+        else:  # gigabytes of files take the kernel seconds; a start removes what a crash left
+            self.flusher.submit(shutil.rmtree, doomed, ignore_errors=True)
 
 
 def largest_timestamp(segment: LogSegment) -> int:

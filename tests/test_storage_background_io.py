@@ -1,6 +1,7 @@
-"""Roll and time flushes handed to a background executor: the log goes on
-appending while the fsync runs, moves its recovery point only once the
-fsync is done, and never closes or deletes a segment under it."""
+"""A log's slow file work handed to a background executor: the log goes on
+appending while a roll's or ``flush.ms``'s fsync runs, moves its recovery
+point only once the fsync is done, never closes or deletes a segment under
+it, and leaves unlinking expired segments to the executor too."""
 
 import os
 import threading
@@ -87,19 +88,44 @@ def test_close_waits_for_the_background_flush_and_leaves_everything_flushed(tmp_
     again.close()
 
 
+def deleted_files(log: Log) -> list[str]:
+    return sorted(p for p in os.listdir(log.directory) if p.endswith(".deleted"))
+
+
 def test_no_segment_is_unlinked_while_its_flush_runs(tmp_path, gated):
     executor, gate = gated
     log = rolled_log(tmp_path, executor, file_delete_delay_ms=0)
     log.tick()
     log.delete_records_before(2)  # the first segment is now only waiting for deletion
-    doomed = [p for p in os.listdir(log.directory) if p.endswith(".deleted")]
+    doomed = deleted_files(log)
     assert doomed
     log.tick(now=log._last_flush_ms + 10_000)
-    assert sorted(p for p in os.listdir(log.directory) if p.endswith(".deleted")) == sorted(doomed)
+    assert deleted_files(log) == doomed
     gate.set()
     executor.submit(lambda: None).result()
-    log.tick(now=log._last_flush_ms + 10_000)
-    assert not [p for p in os.listdir(log.directory) if p.endswith(".deleted")]
+    log.tick(now=log._last_flush_ms + 10_000)  # the flush is done: the unlink is handed over
+    executor.submit(lambda: None).result()
+    assert not deleted_files(log)
+
+
+def test_segments_past_their_delete_delay_are_unlinked_by_the_executor(tmp_path, gated):
+    executor, gate = gated
+    log = Log.open(str(tmp_path / "events-0"), "events", 0, LogConfig(segment_bytes=BATCH, file_delete_delay_ms=0))
+    log.append(make_batch(2))
+    log.append(make_batch(2))
+    log.delete_records_before(2)
+    log.tick()  # inline (no executor yet): the roll's flush, and the unlink
+    assert not deleted_files(log)
+    log.flusher = executor
+    log.append(make_batch(2))
+    log.delete_records_before(4)
+    log.flush()  # nothing of a flush left for tick() to hand over
+    log.tick()
+    assert deleted_files(log)  # handed over, behind the gate: the owner did not wait for it
+    gate.set()
+    executor.submit(lambda: None).result()
+    assert not deleted_files(log)
+    assert [r.offset for r in read_all(log)] == [4, 5]
 
 
 def test_a_failed_background_fsync_is_the_logs_storage_error(tmp_path, gated, monkeypatch):
@@ -132,3 +158,18 @@ def test_a_brokers_log_manager_flushes_in_the_background(tmp_path):
     opened = reopened.get_log("events", 0)
     assert opened is not None and opened.flusher is not None
     reopened.close()
+
+
+def test_a_deleted_partitions_directory_goes_at_once_and_its_files_in_the_background(tmp_path, gated):
+    executor, gate = gated
+    logs = LogManager([str(tmp_path)], LogConfig(segment_bytes=BATCH), background_io=False).open()
+    partition_log = logs.get_or_create_log("events", 0)
+    partition_log.flusher = executor
+    partition_log.append(make_batch(2))
+    assert logs.delete_log("events", 0)
+    assert not (tmp_path / "events-0").exists()  # renamed away at once: the name is free for a new topic
+    assert [p for p in os.listdir(tmp_path) if p.endswith("-delete")]  # its files wait for the executor
+    gate.set()
+    executor.submit(lambda: None).result()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith("-delete")]
+    logs.close()

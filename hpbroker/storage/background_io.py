@@ -1,13 +1,15 @@
-"""A log's roll and time flushes, fsynced off the thread that appends.
+"""A log's slow file work, done off the thread that appends: the fsyncs a
+roll or ``flush.ms`` asks for, unlinking segments whose delete delay has
+passed, and removing a deleted partition's directory.
 
-A roll asks for the segment it closed to be fsynced, and ``flush.ms`` for
-everything written; neither has an acknowledgement waiting on it, so, as in
-Kafka (whose scheduler thread does both), the owner's event loop must not
-stall on them: an fsync of a 1 GiB segment takes a disk seconds, and every
-connection of that worker would wait that long.  The owner hands the
-segments to an executor and goes on appending; it learns the outcome in a
-later ``tick()`` and only then moves its flushed offset (the recovery point),
-so the checkpoints never claim more than the disk holds.
+Nobody's acknowledgement waits on either, so, as in Kafka (whose scheduler
+thread does both), the owner's event loop must not stall on them: an fsync
+of a 1 GiB segment takes a disk seconds, and unlinking one that is still in
+the page cache takes the kernel hundreds of milliseconds; every connection
+of that worker would wait that long.  The owner hands the work to an
+executor and goes on appending.  It learns a flush's outcome in a later
+``tick()`` and only then moves its flushed offset (the recovery point), so
+the checkpoints never claim more than the disk holds.
 
 ``flush.messages`` stays inline: there an acknowledgement does wait on it.
 """
@@ -58,3 +60,13 @@ def fsync_snapshot(name: str, path: str) -> None:
         log.warning("%s: fsync of %s failed: %s", name, path, exc)
     finally:
         os.close(fd)
+
+
+def unlink_segments(name: str, segments) -> None:
+    """Close and remove segments nobody reads any more (their delete delay
+    passed); a failure leaves a ``.deleted`` file for the next start to remove."""
+    for segment in segments:
+        try:
+            segment.close_and_unlink()
+        except OSError as exc:
+            log.warning("%s: could not remove segment %d: %s", name, segment.base_offset, exc)
