@@ -11,8 +11,9 @@ partitions of one topic, acks=1, linger.ms=5, as fast as it goes.  Beside
 it a confluent-kafka producer sends one 5 B record every 5 ms (linger.ms=0,
 acks=1), alternating partitions; its delivery latency (librdkafka's own,
 produce() to the delivery report) is what a light client meets while the
-heavy one runs.  Throughput is the growth of the topic's ``.log`` files over
-the window.  A roll asks for the closed segment to be fsynced; the first
+heavy one runs.  Throughput is the records the two partitions' log end
+offsets grew by over the window, times 1 KiB (retention deletes files, so
+their sizes would not do).  A roll asks for the closed segment to be fsynced; the first
 two phases differ only in ``log.segment.bytes``, so the difference between
 their rows is what those flushes cost the request path.  The third keeps
 ``log.retention.bytes`` at two segments, checked every second, with a delete
@@ -70,8 +71,9 @@ class Probe(threading.Thread):
         producer.flush(30)
 
 
-def _log_bytes(data_dir: Path) -> int:
-    return sum(f.stat().st_size for f in data_dir.glob(f"{TOPIC}-*/*.log"))
+def _log_end(consumer: ck.Consumer) -> int:
+    """Both partitions' log end offsets, summed: the records appended so far."""
+    return sum(consumer.get_watermark_offsets(ck.TopicPartition(TOPIC, p), timeout=30)[1] for p in (0, 1))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -84,6 +86,7 @@ def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
     broker.start()
     load = None
     probe = Probe(broker.bootstrap)
+    watermarks = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "roll-stall"})
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(30)
@@ -93,9 +96,9 @@ def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # the load up to speed before the window opens
         probe.latencies.clear()
-        before, started = _log_bytes(data_dir), time.monotonic()
+        before, started = _log_end(watermarks), time.monotonic()
         time.sleep(seconds)
-        grown, elapsed = _log_bytes(data_dir) - before, time.monotonic() - started
+        grown, elapsed = (_log_end(watermarks) - before) * 1024, time.monotonic() - started
         latencies = sorted(probe.latencies)
     finally:
         probe.stopping.set()
@@ -103,6 +106,7 @@ def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
             load.terminate()
             load.wait()
         probe.join(60)
+        watermarks.close()
         broker.stop()
     broker_log = broker.log_path.read_text(errors="replace")
     rolls, deletes = broker_log.count("rolled to segment"), broker_log.count("deleting segment")
