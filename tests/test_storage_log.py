@@ -10,6 +10,7 @@ import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.records import CorruptRecordError, decode_batch
 from hpbroker.storage import (
@@ -19,6 +20,7 @@ from hpbroker.storage import (
     Log,
     LogConfig,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     UnsupportedFormatError,
     filenames,
@@ -77,8 +79,14 @@ def test_bad_input_is_rejected_and_nothing_is_appended(tmp_path):
         log.append(bytes(good) + bytes(corrupt))
     with pytest.raises(CorruptBatchError):
         log.append(bytes(good[:-3]))
-    with pytest.raises(RecordTooLargeError):
+    with pytest.raises(RecordTooLargeError) as too_large:
         log.append(make_batch(5, value_size=1000))
+    assert too_large.value.error_code == ErrorCode.message_too_large
+    small_segments = open_log(tmp_path / "small", segment_bytes=len(make_batch(2)))
+    with pytest.raises(RecordBatchTooLargeError) as too_large_for_a_segment:  # Kafka: RECORD_LIST_TOO_LARGE
+        small_segments.append(make_batch(3))
+    assert too_large_for_a_segment.value.error_code == ErrorCode.record_list_too_large
+    assert small_segments.log_end_offset == 0
     legacy = bytearray(good)
     legacy[layout.MAGIC] = 1
     with pytest.raises((CorruptBatchError, UnsupportedFormatError)):

@@ -11,7 +11,13 @@ from hpbroker.kernels.layout import CONTROL_BIT
 from hpbroker.records.batch_columns import data_batches
 from hpbroker.storage import record_columns
 from hpbroker.storage.config import LogConfig
-from hpbroker.storage.errors import CorruptBatchError, InvalidRecordError, RecordTooLargeError, UnsupportedFormatError
+from hpbroker.storage.errors import (
+    CorruptBatchError,
+    InvalidRecordError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    UnsupportedFormatError,
+)
 
 
 def validate(scan, size: int, config: LogConfig, name: str, *, from_client: bool) -> bool:
@@ -48,7 +54,7 @@ def check_sizes(scan, size: int, config: LogConfig, name: str) -> None:
             f"{name}: batch of {first} bytes exceeds max.message.bytes={config.max_message_bytes}"
         )
     if size > config.segment_bytes:
-        raise RecordTooLargeError(f"{name}: {size} bytes exceed segment.bytes={config.segment_bytes}")
+        raise RecordBatchTooLargeError(f"{name}: {size} bytes exceed segment.bytes={config.segment_bytes}")
 
 
 def check_keys(buf, scan, name: str) -> None:

@@ -20,7 +20,16 @@ class CorruptBatchError(StorageError):
 
 
 class RecordTooLargeError(StorageError):
+    """A batch above ``max.message.bytes``."""
+
     error_code = ErrorCode.message_too_large
+
+
+class RecordBatchTooLargeError(StorageError):
+    """An append larger than a whole segment (``segment.bytes``): Kafka's
+    RecordBatchTooLargeException, RECORD_LIST_TOO_LARGE."""
+
+    error_code = ErrorCode.record_list_too_large
 
 
 class InvalidRecordError(StorageError):

@@ -157,3 +157,10 @@ def test_incremental_validate_only(broker):
     result = alter_incrementally(broker, 1, "t", ("retention.ms", DELETE, None), validate_only=True)
     assert result.error_code == ErrorCode.none
     assert overrides(broker, "t") == {"retention.ms": "60000"}
+
+
+def test_a_batch_larger_than_a_segment_is_record_list_too_large(broker):
+    # Kafka checks max.message.bytes per batch first, then the append against segment.bytes
+    broker.create_topic("t", configs={"segment.bytes": "1024", "max.message.bytes": "1000000"})
+    assert broker.produce("t", 0, b"x" * 2000).error_code == ErrorCode.record_list_too_large
+    assert broker.produce("t", 0, b"small").error_code == ErrorCode.none
