@@ -28,7 +28,7 @@ def gated():
 
 def rolled_log(tmp_path, executor, **config) -> Log:
     log = Log.open(str(tmp_path / "events-0"), "events", 0, LogConfig(segment_bytes=BATCH, **config))
-    log.flusher = executor
+    log.storage_io = executor
     log.append(make_batch(2))
     log.append(make_batch(2))  # rolls: the first segment waits for its flush
     assert len(log.segments) == 2
@@ -56,7 +56,7 @@ def test_a_roll_flush_runs_beside_appends_and_moves_the_recovery_point_when_done
 def test_a_time_flush_goes_to_the_executor_too(tmp_path, gated):
     executor, gate = gated
     log = Log.open(str(tmp_path / "events-0"), "events", 0, LogConfig(flush_ms=1000))
-    log.flusher = executor
+    log.storage_io = executor
     log.append(make_batch(3))
     log.tick(now=log._last_flush_ms + 1000)
     assert log.flushed_offset == 0
@@ -116,7 +116,7 @@ def test_segments_past_their_delete_delay_are_unlinked_by_the_executor(tmp_path,
     log.delete_records_before(2)
     log.tick()  # inline (no executor yet): the roll's flush, and the unlink
     assert not deleted_files(log)
-    log.flusher = executor
+    log.storage_io = executor
     log.append(make_batch(2))
     log.delete_records_before(4)
     log.flush()  # nothing of a flush left for tick() to hand over
@@ -148,7 +148,7 @@ def test_a_failed_background_fsync_is_the_logs_storage_error(tmp_path, gated, mo
 def test_a_brokers_log_manager_flushes_in_the_background(tmp_path):
     logs = LogManager([str(tmp_path)], LogConfig(segment_bytes=BATCH), background_io=True).open()
     partition_log = logs.get_or_create_log("events", 0)
-    assert partition_log.flusher is not None
+    assert partition_log.storage_io is not None
     partition_log.append(make_batch(2))
     partition_log.append(make_batch(2))
     logs.tick()
@@ -156,7 +156,7 @@ def test_a_brokers_log_manager_flushes_in_the_background(tmp_path):
     assert ckpt.read_offset_checkpoint(str(tmp_path / "recovery-point-offset-checkpoint")) == {("events", 0): 4}
     reopened = LogManager([str(tmp_path)], LogConfig(segment_bytes=BATCH), background_io=True).open()
     opened = reopened.get_log("events", 0)
-    assert opened is not None and opened.flusher is not None
+    assert opened is not None and opened.storage_io is not None
     reopened.close()
 
 
@@ -164,7 +164,7 @@ def test_a_deleted_partitions_directory_goes_at_once_and_its_files_in_the_backgr
     executor, gate = gated
     logs = LogManager([str(tmp_path)], LogConfig(segment_bytes=BATCH), background_io=False).open()
     partition_log = logs.get_or_create_log("events", 0)
-    partition_log.flusher = executor
+    partition_log.storage_io = executor
     partition_log.append(make_batch(2))
     assert logs.delete_log("events", 0)
     assert not (tmp_path / "events-0").exists()  # renamed away at once: the name is free for a new topic

@@ -2,11 +2,11 @@
 roll or ``flush.ms`` asks for, unlinking segments whose delete delay has
 passed, and removing a deleted partition's directory.
 
-Nobody's acknowledgement waits on either, so, as in Kafka (whose scheduler
-thread does both), the owner's event loop must not stall on them: an fsync
-of a 1 GiB segment takes a disk seconds, and unlinking one that is still in
-the page cache takes the kernel hundreds of milliseconds; every connection
-of that worker would wait that long.  The owner hands the work to an
+Nobody's acknowledgement waits on any of them, so, as in Kafka (whose
+scheduler threads do them), the owner's event loop must not stall on them:
+an fsync of a 1 GiB segment takes a disk seconds, and unlinking one that is
+still in the page cache takes the kernel hundreds of milliseconds; every
+connection of that worker would wait that long.  The owner hands the work to an
 executor and goes on appending.  It learns a flush's outcome in a later
 ``tick()`` and only then moves its flushed offset (the recovery point), so
 the checkpoints never claim more than the disk holds.

@@ -150,9 +150,9 @@ class Log:
         self._flushed_offset = 0
         self._last_flush_ms = now_ms()
         self._flush_requested_to = 0  # set by a roll; done by the next tick(), as Kafka's scheduler does
-        # Where tick() sends its roll and time flushes and its segment unlinks
-        # (``background_io``); None: it does them itself.
-        self.flusher: Executor | None = None
+        # Where tick() sends its roll and time flushes and its segment unlinks,
+        # and delete() its directory (``background_io``); None: done inline.
+        self.storage_io: Executor | None = None
         self._flush_job: background_io.FlushJob | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._leader_epochs = LeaderEpochCache()
@@ -601,16 +601,16 @@ class Log:
         self._last_flush_ms = now_ms()
 
     def _flush_in_background(self, up_to: int | None) -> None:
-        """Hand what ``flush(up_to)`` would fsync to ``self.flusher``; the
+        """Hand what ``flush(up_to)`` would fsync to ``self.storage_io``; the
         flushed offset moves when ``tick()`` sees it done."""
-        assert self.flusher is not None
+        assert self.storage_io is not None
         self._write_staged()
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         snapshot, self._unsynced_snapshot = self._unsynced_snapshot, None
         if target <= self._flushed_offset and snapshot is None:
             return
         segments = self._segments_overlapping(self._flushed_offset, target) if target > self._flushed_offset else ()
-        self._flush_job = background_io.start(self.flusher, self._name, target, segments, snapshot)
+        self._flush_job = background_io.start(self.storage_io, self._name, target, segments, snapshot)
 
     def _finish_flush_job(self) -> None:
         job, self._flush_job = self._flush_job, None
@@ -640,7 +640,7 @@ class Log:
             if not self._flush_job.future.done():
                 return  # its segments stay open and undeleted until it ends
             self._finish_flush_job()
-        flush = self.flush if self.flusher is None else self._flush_in_background
+        flush = self.flush if self.storage_io is None else self._flush_in_background
         if self._flush_requested_to > self._flushed_offset:
             flush(self._flush_requested_to)
         elif self._written_offset > self._flushed_offset and now - self._last_flush_ms >= self.config.flush_ms:
@@ -649,10 +649,10 @@ class Log:
             with self._lock:
                 due = [s for t, s in self._pending_deletes if t <= now]
                 self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
-            if self.flusher is None:
+            if self.storage_io is None:
                 background_io.unlink_segments(self._name, due)
             else:  # after any flush handed over before (one thread, in order)
-                self.flusher.submit(background_io.unlink_segments, self._name, due)
+                self.storage_io.submit(background_io.unlink_segments, self._name, due)
 
     def _segments_overlapping(self, start: int, end: int) -> tuple[LogSegment, ...]:
         """Segments holding any offset in [start, end)."""
@@ -992,10 +992,10 @@ class Log:
         parent = os.path.dirname(self.directory)
         doomed = os.path.join(parent, filenames.delete_dir_name(self.topic, self.partition))
         os.rename(self.directory, doomed)
-        if self.flusher is None:
+        if self.storage_io is None:
             shutil.rmtree(doomed, ignore_errors=True)
         else:  # gigabytes of files take the kernel seconds; a start removes what a crash left
-            self.flusher.submit(shutil.rmtree, doomed, ignore_errors=True)
+            self.storage_io.submit(shutil.rmtree, doomed, ignore_errors=True)
 
 
 def largest_timestamp(segment: LogSegment) -> int:

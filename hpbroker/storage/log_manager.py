@@ -76,7 +76,8 @@ class LogManager:
         self._owns = owns or (lambda topic, partition: True)
         # A broker's event loop must not wait on fsyncs nobody's answer waits
         # for: the checkpoints (rows taken on the caller's thread, files written
-        # in order by this one) and the logs' roll and time flushes.
+        # in order by this one), and the logs' roll and time flushes, segment
+        # unlinks and deleted directories (``background_io``).
         self._background_io = (ThreadPoolExecutor(1, thread_name_prefix="storage-io") if background_io
                                else None)
         self.manage_root = manage_root
@@ -126,7 +127,7 @@ class LogManager:
                 clean_shutdown=clean,
                 cleaner_offset=cleaner_offsets.get(parsed),
             )
-            self._logs[parsed].flusher = self._background_io
+            self._logs[parsed].storage_io = self._background_io
             if self.replicated:
                 self._logs[parsed].high_watermark = max(high_watermarks.get(parsed, 0),
                                                         self._logs[parsed].log_start_offset)
@@ -165,7 +166,7 @@ class LogManager:
         path = os.path.join(log_dir, name)
         created = Log.open(path, topic, partition, self._config_for(topic),
                            topic_id=topic_id or checkpoints.new_kafka_uuid())
-        created.flusher = self._background_io
+        created.storage_io = self._background_io
         if self.replicated:
             created.high_watermark = created.log_start_offset  # nothing confirmed yet
         self._logs[key], self._dir_of[key] = created, log_dir
