@@ -1,7 +1,8 @@
 """A log's slow file work handed to a background executor: the log goes on
 appending while a roll's or ``flush.ms``'s fsync runs, moves its recovery
 point only once the fsync is done, never closes or deletes a segment under
-it, and leaves unlinking expired segments to the executor too."""
+it, and leaves unlinking expired segments and removing a deleted
+partition's files to the executor too."""
 
 import os
 import threading
