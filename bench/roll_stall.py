@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    print(f"tree {tree}; {args.seconds:g} s windows; probe: a 5 B record after each wait of up to 5 ms, beside 1 KiB records at full speed\n")
+    print(f"tree {tree}; {args.seconds:g} s windows; probe: a 5 B record after each wait of up to 5 ms, "
+          "beside 1 KiB records at full speed\n")
     print("| round | segments roll | MiB/s | rolls | deletes | probe p50 ms | probe p99 ms | probe max ms "
           "| probe records |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
