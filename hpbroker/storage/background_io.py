@@ -38,12 +38,12 @@ def start(executor: Executor, name: str, target: int, segments, snapshot: str | 
 
 
 def fsync_all(name: str, segments, snapshot: str | None) -> None:
-    """fsync each segment's files (OSError: the log's storage failed), then the
-    producer snapshot a roll wrote unsynced."""
-    for segment in segments:
-        segment.flush()
+    """fsync the producer snapshot a roll wrote unsynced, if any, then each
+    segment's files (OSError: the log's storage failed)."""
     if snapshot is not None:
         fsync_snapshot(name, snapshot)
+    for segment in segments:
+        segment.flush()
 
 
 def fsync_snapshot(name: str, path: str) -> None:

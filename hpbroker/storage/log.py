@@ -585,32 +585,35 @@ class Log:
         everything written) and advance the recovery point.  A background
         flush under way is waited for first."""
         self._settle_flush_job()
-        self._write_staged()
-        if self._unsynced_snapshot is not None:
-            path, self._unsynced_snapshot = self._unsynced_snapshot, None
-            background_io.fsync_snapshot(self._name, path)
-        target = self._written_offset if up_to is None else min(up_to, self._written_offset)
-        if target <= self._flushed_offset:
-            return
-        for segment in self._segments_overlapping(self._flushed_offset, target):
-            try:
-                segment.flush()
-            except OSError as exc:
-                raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
-        self._flushed_offset = max(self._flushed_offset, target)
-        self._last_flush_ms = now_ms()
+        target, segments, snapshot = self._flush_plan(up_to)
+        try:
+            background_io.fsync_all(self._name, segments, snapshot)
+        except OSError as exc:
+            raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
+        self._flushed_to(target)
 
     def _flush_in_background(self, up_to: int | None) -> None:
         """Hand what ``flush(up_to)`` would fsync to ``self.storage_io``; the
         flushed offset moves when ``tick()`` sees it done."""
         assert self.storage_io is not None
+        target, segments, snapshot = self._flush_plan(up_to)
+        if target > self._flushed_offset or snapshot is not None:
+            self._flush_job = background_io.start(self.storage_io, self._name, target, segments, snapshot)
+
+    def _flush_plan(self, up_to: int | None) -> tuple[int, tuple[LogSegment, ...], str | None]:
+        """What a flush up to ``up_to`` covers, with the staged batches written
+        first: its target offset, the segments to fsync (none when the target
+        is already flushed) and the producer snapshot a roll left unsynced."""
         self._write_staged()
         target = self._written_offset if up_to is None else min(up_to, self._written_offset)
         snapshot, self._unsynced_snapshot = self._unsynced_snapshot, None
-        if target <= self._flushed_offset and snapshot is None:
-            return
         segments = self._segments_overlapping(self._flushed_offset, target) if target > self._flushed_offset else ()
-        self._flush_job = background_io.start(self.storage_io, self._name, target, segments, snapshot)
+        return target, segments, snapshot
+
+    def _flushed_to(self, target: int) -> None:
+        if target > self._flushed_offset:
+            self._flushed_offset = target
+            self._last_flush_ms = now_ms()
 
     def _finish_flush_job(self) -> None:
         job, self._flush_job = self._flush_job, None
@@ -619,8 +622,7 @@ class Log:
             job.future.result()
         except OSError as exc:
             raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
-        self._flushed_offset = max(self._flushed_offset, job.target)
-        self._last_flush_ms = now_ms()
+        self._flushed_to(job.target)
 
     def _settle_flush_job(self) -> None:
         """Wait for a background flush under way (its segments may be about to change or close)."""
@@ -649,10 +651,7 @@ class Log:
             with self._lock:
                 due = [s for t, s in self._pending_deletes if t <= now]
                 self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
-            if self.storage_io is None:
-                background_io.unlink_segments(self._name, due)
-            else:  # after any flush handed over before (one thread, in order)
-                self.storage_io.submit(background_io.unlink_segments, self._name, due)
+            self._off_the_loop(background_io.unlink_segments, self._name, due)
 
     def _segments_overlapping(self, start: int, end: int) -> tuple[LogSegment, ...]:
         """Segments holding any offset in [start, end)."""
@@ -992,10 +991,16 @@ class Log:
         parent = os.path.dirname(self.directory)
         doomed = os.path.join(parent, filenames.delete_dir_name(self.topic, self.partition))
         os.rename(self.directory, doomed)
+        # gigabytes of files take the kernel seconds; a start removes what a crash left
+        self._off_the_loop(shutil.rmtree, doomed, ignore_errors=True)
+
+    def _off_the_loop(self, work, *args, **kwargs) -> None:
+        """``work`` on ``storage_io``, after anything handed to it before (one
+        thread, in order); inline without one."""
         if self.storage_io is None:
-            shutil.rmtree(doomed, ignore_errors=True)
-        else:  # gigabytes of files take the kernel seconds; a start removes what a crash left
-            self.storage_io.submit(shutil.rmtree, doomed, ignore_errors=True)
+            work(*args, **kwargs)
+        else:
+            self.storage_io.submit(work, *args, **kwargs)
 
 
 def largest_timestamp(segment: LogSegment) -> int:
