@@ -46,6 +46,7 @@ import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench import tools  # noqa: E402
+from bench.cluster_e2e import pct  # noqa: E402
 from harness.broker import Broker  # noqa: E402
 
 TOPIC = "rolls"
@@ -83,10 +84,6 @@ def _log_end(consumer: ck.Consumer) -> int:
     return sum(consumer.get_watermark_offsets(ck.TopicPartition(TOPIC, p), timeout=30)[1] for p in (0, 1))
 
 
-def _percentile(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
-
-
 def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
     data_dir = work / f"data-{time.monotonic_ns()}"
     broker = Broker(data_dir, overrides={"num.workers": "2", **settings})
@@ -118,10 +115,11 @@ def phase(settings: dict[str, str], seconds: float, work: Path) -> dict:
     broker_log = broker.log_path.read_text(errors="replace")
     rolls, deletes = broker_log.count("rolled to segment"), broker_log.count("deleting segment")
     shutil.rmtree(data_dir, ignore_errors=True)
+    # milliseconds; none at all (every probe record failed) reads nan
+    spread = ({"p50": pct(latencies, 0.5) * 1e3, "p99": pct(latencies, 0.99) * 1e3, "max": latencies[-1] * 1e3}
+              if latencies else dict.fromkeys(("p50", "p99", "max"), float("nan")))
     return {"mibps": grown / elapsed / 2**20, "rolls": rolls, "deletes": deletes, "n": len(latencies),
-            "errors": probe.errors,
-            "p50": _percentile(latencies, 0.5) * 1e3, "p99": _percentile(latencies, 0.99) * 1e3,
-            "max": (latencies[-1] if latencies else float("nan")) * 1e3}
+            "errors": probe.errors, **spread}
 
 
 def main(argv: list[str] | None = None) -> int:
