@@ -49,6 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
 from bench.memory_probe import describe as page_cache_state  # noqa: E402
 from bench.targets import tree_minor_faults  # noqa: E402
+from bench.wakeup_probe import describe as wake_up_state  # noqa: E402
 from harness.broker import Broker, BrokerError  # noqa: E402
 from harness.cluster import FAST, Cluster  # noqa: E402
 from harness.waiting import wait_for  # noqa: E402
@@ -484,6 +485,7 @@ def main(argv=None) -> int:
     tree = tree_state()
     tmp = Path(tempfile.mkdtemp(prefix="hpbroker-cluster-e2e-"))
     page_cache = page_cache_state(str(tmp))  # see bench/memory_probe.py
+    wake_ups = wake_up_state()  # see bench/wakeup_probe.py
     zk = ZooKeeperServer(tmp / "zookeeper")
     out, logs = [], []
     try:
@@ -522,7 +524,7 @@ def main(argv=None) -> int:
         else:
             print(f"kept {tmp}", file=sys.stderr)
 
-    info = {**machine_info(), "page cache, before": page_cache}
+    info = {**machine_info(), "page cache, before": page_cache, "wake-ups, before": wake_ups}
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(f"tree: {tree}")
     print("command: .venv/bin/python bench/cluster_e2e.py " + " ".join(argv if argv is not None else sys.argv[1:]))

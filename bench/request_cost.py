@@ -55,6 +55,7 @@ from bench.floor import recv_write  # noqa: E402
 from bench.memory_probe import describe as page_cache_state  # noqa: E402
 from bench.rdperf import Fleet  # noqa: E402
 from bench.targets import Hpbroker, Meter, Tansu, Target  # noqa: E402
+from bench.wakeup_probe import describe as wake_up_state  # noqa: E402
 from bench.wire_load import closed_loop, list_offsets_answer, list_offsets_request  # noqa: E402
 
 REQ_TOPIC, BYTES_TOPIC, IDLE_TOPIC, PARTITIONS = "requests", "bytes", "idle", 2
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="hpbroker-request-cost-"))
     root.mkdir(parents=True, exist_ok=True)
     info["page cache, before"] = page_cache_state(str(root))  # see bench/memory_probe.py
+    info["wake-ups, before"] = wake_up_state()  # see bench/wakeup_probe.py
     work = root / "clients"
     hp, ta = Hpbroker(root, workers=args.workers), Tansu(tansu_bin, root)
     targets: list[Target] = [hp, ta]
