@@ -444,8 +444,8 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
     taken, expected = [], []
     one_batch = fast._append_one
 
-    def spied(buf, leader_epoch, write):
-        info = one_batch(buf, leader_epoch, write)
+    def spied(buf, leader_epoch, write, group_commit):
+        info = one_batch(buf, leader_epoch, write, group_commit)
         taken.append(info is not None)
         return info
     fast._append_one = spied  # the instance's: which appends took the one-batch path
@@ -545,3 +545,26 @@ def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_facto
                             (segment.base_offset, offset, max_bytes, max_offset, min_one)
                         answered_from_recent += bool(segment.recent) and offset >= segment.recent[0][0]
     assert answered_from_recent > 0
+
+
+def test_a_flush_fsyncs_the_indexes_only_when_they_changed(tmp_path, monkeypatch):
+    """With flush.messages=1 most flushes add no index entry (one goes in every
+    index.interval.bytes): the log file is fsynced, its unchanged indexes are not."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith((".log", ".index", ".timeindex", ".txnindex")):  # the segment's files
+            synced.append(name.rsplit(".", 1)[-1])
+        real_fsync(fd)
+
+    log = Log.open(str(tmp_path / "t-0"), "t", 0, LogConfig(flush_messages=1, index_interval_bytes=10_000))
+    monkeypatch.setattr(os, "fsync", fsync)
+    log.append(make_batch(1))
+    log.append(make_batch(1))
+    assert synced == ["log", "log"], "no index entry yet: only the log, each time"
+    log.append(make_batch(1, value_size=10_000))
+    synced.clear()
+    log.append(make_batch(1))  # past index.interval.bytes since the last entry: one in each index
+    assert sorted(synced) == ["index", "log", "timeindex"]

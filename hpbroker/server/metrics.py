@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Sequence
 
-from prometheus_client import Counter, Gauge, Histogram, values
+from prometheus_client import Counter, Gauge, values
 from prometheus_client.utils import floatToGoString
 
 from hpbroker.server.metrics_dir import ENV
@@ -75,14 +75,10 @@ LOG_SIZE = Gauge("hpbroker_log_size_bytes", "Bytes in a partition's segments", [
                  multiprocess_mode="livemax")
 GROUP_LAG = Gauge("hpbroker_consumer_group_lag", "Log end offset minus the group's committed offset",
                   ["group", "topic", "partition"], multiprocess_mode="livemax")
-FSYNC_SECONDS = Histogram("hpbroker_fsync_seconds", "fsync of a segment", buckets=_LATENCY_BUCKETS)
+FSYNC_SECONDS = SummedHistogram("hpbroker_fsync_seconds", "fsync of a segment", (), _LATENCY_BUCKETS)
 WORKER_RESTARTS = Counter("hpbroker_worker_restarts", "Workers restarted after dying")
 CONNECTIONS_MOVED = Counter("hpbroker_connections_moved",
                             "Client connections handed to the worker owning the partitions they ask for")
-
-
-def observe_fsync(seconds: float) -> None:
-    FSYNC_SECONDS.observe(seconds)
 
 
 def mark_dead(pid: int) -> None:

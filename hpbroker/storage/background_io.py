@@ -11,7 +11,10 @@ executor and goes on appending.  It learns a flush's outcome in a later
 ``tick()`` and only then moves its flushed offset (the recovery point), so
 the checkpoints never claim more than the disk holds.
 
-``flush.messages`` stays inline: there an acknowledgement does wait on it.
+``flush.messages`` is not done here: there an acknowledgement waits on it,
+and a wake-up across threads (and the GIL) would cost the answer more than
+the fsync.  It is done inline, or, for client produces, once per turn of the
+owner's loop for all of the turn's writes (a group commit, ``Log.append``).
 """
 
 from __future__ import annotations

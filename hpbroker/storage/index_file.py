@@ -32,6 +32,11 @@ class IndexFile:
         self._keys = None  # int64 arrays with spare capacity; None until loaded
         self._values = None
         self._count = 0
+        # written since the last fsync: a flush of an unchanged index (most of
+        # them: an entry goes in only every index.interval.bytes) is skipped.
+        # At first maybe (a predecessor killed before its fsync left pages only
+        # the cache holds)
+        self._dirty = not read_only
 
     # --- loading ---------------------------------------------------------
     def _load(self) -> None:
@@ -44,6 +49,7 @@ class IndexFile:
         count = self._valid_prefix(keys, values)
         if count * self.DTYPE.itemsize != size and not self.read_only:
             os.ftruncate(self._fd, count * self.DTYPE.itemsize)
+            self._dirty = True
         capacity = max(16, count * 2)
         self._keys = np.zeros(capacity, np.int64)
         self._values = np.zeros(capacity, np.int64)
@@ -106,6 +112,7 @@ class IndexFile:
             self._keys = np.concatenate([self._keys, np.zeros_like(self._keys)])
             self._values = np.concatenate([self._values, np.zeros_like(self._values)])
         entry = np.array([(key, value)], dtype=self.DTYPE)
+        self._dirty = True
         os.write(self._fd, entry.tobytes())
         self._keys[self._count] = key
         self._values[self._count] = value
@@ -116,13 +123,16 @@ class IndexFile:
         self._load()
         if count < self._count:
             self._count = count
+            self._dirty = True
             os.ftruncate(self._fd, count * self.DTYPE.itemsize)
 
     def reset(self) -> None:
         self.truncate_entries(0)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        if self._dirty:
+            self._dirty = False  # before the fsync: a write during it is left for the next flush
+            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -15,7 +15,14 @@ Offsets, in the order they must always keep::
 ``append()`` writes through by default (``write=False`` only stages, for a
 caller that appends to many partitions and writes them together); the flush
 policy (``flush.messages`` / ``flush.ms``) is applied after each write and by
-``tick()``.  The segment list is a tuple replaced wholesale on every change
+``tick()``.  A client's produce may be a group commit (``group_commit``):
+the fsync ``flush.messages`` asks for is left to the owner, which does one
+for every such write of its turn (``group_flush``, ``flush_owed``), and the
+high watermark stays below those writes until then, as it would have under
+an fsync done at once (so consumers, and other workers, read only what the
+disk has); ``owes_flush`` tells the produce's answer to wait for it too.
+
+The segment list is a tuple replaced wholesale on every change
 (copy-on-write): a reader's binary search runs over a snapshot that a
 concurrent roll or delete never mutates.
 
@@ -35,6 +42,7 @@ and, on a follower, the leader's log start (``follow_leader_log_start``).
 """
 
 import bisect
+import collections
 import contextlib
 import logging
 import os
@@ -154,6 +162,16 @@ class Log:
         # and delete() its directory (``background_io``); None: done inline.
         self.storage_io: Executor | None = None
         self._flush_job: background_io.FlushJob | None = None
+        # group commit (``write``): (start, end) of each write whose flush.messages
+        # fsync is not done yet, oldest first; the offset that fsync must reach;
+        # and why the last background fsync failed (None once one succeeds)
+        self._owed_flushes: collections.deque[tuple[int, int]] = collections.deque()
+        self._flush_owed_to = 0
+        self.flush_failure: KafkaStorageError | None = None
+        # group commit: asked (once until it calls ``flush_owed``) to fsync this
+        # log's owed writes soon, together with the writes that come meanwhile
+        self.group_flush: Callable[[Log], None] | None = None
+        self._group_flush_asked = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._leader_epochs = LeaderEpochCache()
         self.producer_state = ProducerStateManager(directory, config.producer_id_expiration_ms)
@@ -243,10 +261,16 @@ class Log:
     @property
     def high_watermark(self) -> int:
         """What consumers may read.  A lone replica's is everything written;
-        a replicated partition's is set by its leader's ISR (``replication``)."""
+        a replicated partition's is set by its leader's ISR (``replication``).
+        Either stops short of the first write still waiting for its
+        ``flush.messages`` fsync (``group_commit``), as an inline flush would
+        have held it until the fsync."""
+        end = self._written_offset
+        if self._owed_flushes:
+            end = max(self._flushed_offset, self._owed_flushes[0][0])
         if self._high_watermark is None:
-            return self._written_offset
-        return min(self._high_watermark, self._written_offset)
+            return end
+        return min(self._high_watermark, end)
 
     @high_watermark.setter
     def high_watermark(self, offset: int) -> None:
@@ -300,7 +324,7 @@ class Log:
     # --- appending -----------------------------------------------------------
     def append(
         self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True,
-        origin: str = ORIGIN_CLIENT
+        origin: str = ORIGIN_CLIENT, group_commit: bool = False
     ) -> AppendInfo:
         """Assign offsets to one or more v2 batches and add them to the log.
 
@@ -324,15 +348,21 @@ class Log:
         OutOfOrderSequenceError, an old epoch InvalidProducerEpochError.
         ``origin=ORIGIN_COORDINATOR`` (the broker itself) may append control
         batches, which clients may not.
+
+        With ``group_commit`` (a client's produce, whose answer the caller can
+        hold back) the fsync ``flush.messages`` asks for is not waited for
+        here: it goes to the storage thread, shared with the appends that
+        come meanwhile, and consumers see none of the batches until it is done
+        (``owes_flush`` says whether an answer must wait for it).
         """
         if origin not in _ORIGINS:
             raise ValueError(f"unknown append origin {origin!r}")
         buf = records if _writable(records) else bytearray(records)
         if timestamp_ms is None and not self._one_batch_needs_more:
-            appended = self._append_one(buf, leader_epoch, write)
+            appended = self._append_one(buf, leader_epoch, write, group_commit)
             if appended is not None:
                 return appended
-        return self._append_scanned(buf, leader_epoch, timestamp_ms, write, origin)
+        return self._append_scanned(buf, leader_epoch, timestamp_ms, write, origin, group_commit)
 
     @property
     def _one_batch_needs_more(self) -> bool:
@@ -341,7 +371,7 @@ class Log:
         config = self.config
         return config.compact or config.target_codec is not None or config.log_append_time
 
-    def _append_one(self, buf, leader_epoch: int, write: bool) -> AppendInfo | None:
+    def _append_one(self, buf, leader_epoch: int, write: bool, group_commit: bool) -> AppendInfo | None:
         """The usual produce, in scalars: one whole v2 data batch, plain or
         idempotent (not transactional), valid in every way ``_append_scanned``
         checks and, for a producer's, next in its sequence.  None for anything
@@ -367,12 +397,13 @@ class Log:
         _BASE_OFFSET.pack_into(buf, 0, first)
         _LEADER_EPOCH.pack_into(buf, layout.PARTITION_LEADER_EPOCH, leader_epoch)
         self._add_one(buf, first, last, max_timestamp, leader_epoch,
-                      (producer_id, producer_epoch, base_sequence, attributes) if idempotent else None, write=write)
+                      (producer_id, producer_epoch, base_sequence, attributes) if idempotent else None, write=write,
+                      group_commit=group_commit)
         return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_timestamp, log_append_time=-1,
                           batches=1, records=count, size=size)
 
     def _append_scanned(self, buf, leader_epoch: int, timestamp_ms: int | None, write: bool,
-                        origin: str) -> AppendInfo:
+                        origin: str, group_commit: bool = False) -> AppendInfo:
         """``append`` for any request: every batch scanned, checked and stamped by the kernels."""
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         idempotent = append_validation.validate(scan, len(buf), self.config, self._name,
@@ -410,7 +441,7 @@ class Log:
                 batch_format.set_log_append_time(buf, pos, append_time)
         # the whole request is of one epoch: its first batch starts it if new
         self._add_batches(buf, scan, bases, last_offsets, max_timestamps, [(leader_epoch, int(bases[0]))],
-                          producers=idempotent, write=write)
+                          producers=idempotent, write=write, group_commit=group_commit)
         return AppendInfo(
             first_offset=int(bases[0]),
             last_offset=int(last_offsets[-1]),
@@ -422,7 +453,7 @@ class Log:
         )
 
     def _add_batches(self, buf, scan, first_offsets, last_offsets, max_timestamps, epoch_starts, *,
-                     producers: bool, write: bool) -> None:
+                     producers: bool, write: bool, group_commit: bool = False) -> None:
         """The end both appends share, once every batch of ``buf`` is checked
         and carries its final offsets: roll if due, stage, record producers
         (``producers``: some batch has an id) and new leader epochs, advance
@@ -443,7 +474,7 @@ class Log:
             aborted = self._aborted(buf, dict(zip(np.asarray(last_offsets)[markers].tolist(),
                                                   scan.position[markers].tolist())))
         if write:
-            self.write()
+            self.write(group_commit=group_commit)
         self._index(aborted)
 
     def _aborted(self, buf, markers: dict[int, int]) -> list[AbortedTxn]:
@@ -463,7 +494,7 @@ class Log:
             self.active_segment.txn_index.append(txn)
 
     def _add_one(self, buf, first: int, last: int, max_timestamp: int, leader_epoch: int,
-                 producer: tuple[int, int, int, int] | None, *, write: bool) -> None:
+                 producer: tuple[int, int, int, int] | None, *, write: bool, group_commit: bool = False) -> None:
         """``_add_batches`` for a buffer of one batch, in scalars; ``producer``
         its (id, epoch, base sequence, attributes) when it has an id."""
         if self._should_roll(len(buf), max_timestamp, last, 1):
@@ -477,7 +508,7 @@ class Log:
         self._log_end_offset = last + 1
         self.producer_state.set_end_offset(self._log_end_offset)
         if write:
-            self.write()
+            self.write(group_commit=group_commit)
 
     def _assign_epochs(self, epoch_starts) -> None:
         """Record the leader epochs batches just staged start; a new one is saved
@@ -530,11 +561,45 @@ class Log:
             return incoming_max_ts - seg.first_batch_timestamp > roll_after
         return now_ms() - seg.created_ms > roll_after
 
-    def write(self) -> None:
-        """Write staged batches to the file; then apply ``flush.messages``."""
+    def write(self, group_commit: bool = False) -> None:
+        """Write staged batches to the file; then apply ``flush.messages``:
+        at once, or with ``group_commit`` (and an owner that batches, see
+        ``group_flush``) in one fsync with the other writes of its owner's
+        turn, the batches held back from consumers until it is done."""
+        if group_commit and self.group_flush is not None:
+            if self._log_end_offset - max(self._flushed_offset, self._flush_owed_to) < self.config.flush_messages:
+                self._write_staged()  # no fsync owed yet (what is owed already is on its way)
+                return
+            # held back before the write publishes the new end: no reader in
+            # another worker may see these batches before they are on disk
+            self._owed_flushes.append((self._written_offset, self._log_end_offset))
+            try:
+                self._write_staged()
+            except KafkaStorageError:
+                self._owed_flushes.pop()
+                raise
+            self._flush_owed_to = self._written_offset
+            if not self._group_flush_asked:
+                self._group_flush_asked = True
+                self.group_flush(self)
+            return
         self._write_staged()
         if self._written_offset - self._flushed_offset >= self.config.flush_messages:
             self.flush()
+
+    def flush_owed(self) -> None:
+        """The fsync the writes ``group_flush`` was asked about wait for, all of
+        them at once (KafkaStorageError when it fails: ``flush_failure``, and
+        the next ``tick`` tries again)."""
+        self._group_flush_asked = False
+        if self._flush_owed_to > self._flushed_offset:
+            self.flush(self._flush_owed_to)
+
+    def owes_flush(self, end_offset: int) -> bool:
+        """Whether the batches ending before ``end_offset`` wait for a
+        ``flush.messages`` fsync that has not happened yet (``group_commit``):
+        an answer saying they are stored waits for it too."""
+        return self._flushed_offset < end_offset <= self._flush_owed_to
 
     def _write_staged(self) -> None:
         try:
@@ -589,7 +654,8 @@ class Log:
         try:
             background_io.fsync_all(self._name, segments, snapshot)
         except OSError as exc:
-            raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
+            self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
+            raise self.flush_failure from exc
         self._flushed_to(target)
 
     def _flush_in_background(self, up_to: int | None) -> None:
@@ -611,9 +677,15 @@ class Log:
         return target, segments, snapshot
 
     def _flushed_to(self, target: int) -> None:
+        self.flush_failure = None
         if target > self._flushed_offset:
             self._flushed_offset = target
             self._last_flush_ms = now_ms()
+        owed = self._owed_flushes
+        if owed and owed[0][1] <= self._flushed_offset:
+            while owed and owed[0][1] <= self._flushed_offset:
+                owed.popleft()
+            self._offsets_changed()  # the high watermark moves past what is on disk now
 
     def _finish_flush_job(self) -> None:
         job, self._flush_job = self._flush_job, None
@@ -621,8 +693,10 @@ class Log:
         try:
             job.future.result()
         except OSError as exc:
-            raise KafkaStorageError(f"{self._name}: fsync failed: {exc}") from exc
+            self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
+            raise self.flush_failure from exc
         self._flushed_to(job.target)
+
 
     def _settle_flush_job(self) -> None:
         """Wait for a background flush under way (its segments may be about to change or close)."""
@@ -638,6 +712,9 @@ class Log:
         if now - self._last_producer_expiry_ms >= self.config.producer_id_expiration_check_interval_ms:
             self._last_producer_expiry_ms = now
             self.producer_state.remove_expired(now)
+        if self._flush_owed_to > self._flushed_offset and not self._group_flush_asked and self.group_flush:
+            self._group_flush_asked = True  # a group commit whose fsync failed: again, by whoever gathers them
+            self.group_flush(self)
         if self._flush_job is not None:
             if not self._flush_job.future.done():
                 return  # its segments stay open and undeleted until it ends
@@ -870,6 +947,12 @@ class Log:
             self._log_end_offset = self._written_offset = end
             self._flushed_offset = min(self._flushed_offset, end)
             self._flush_requested_to = min(self._flush_requested_to, end)
+            self._flush_owed_to = min(self._flush_owed_to, end)
+            while self._owed_flushes and self._owed_flushes[-1][1] > end:  # what is cut needs no fsync
+                start, _ = self._owed_flushes.pop()
+                if start < end:
+                    self._owed_flushes.append((start, end))
+                    break
             self.cleaner_checkpoint = min(self.cleaner_checkpoint, end)
             if self._high_watermark is not None:
                 self._high_watermark = min(self._high_watermark, end)

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from hpbroker.clock import now_ms
@@ -80,6 +81,10 @@ class LogManager:
         # unlinks and deleted directories (``background_io``).
         self._background_io = (ThreadPoolExecutor(1, thread_name_prefix="storage-io") if background_io
                                else None)
+        # Asked to fsync a log's group-committed writes soon (``Log.group_flush``):
+        # the owner gathers its turn's writes into one fsync per log.  None: each
+        # write's flush.messages fsync is done as it is written.
+        self.group_flush: Callable[[Log], None] | None = None
         self.manage_root = manage_root
         self.root = LogDirRoots(log_dirs, broker_id=broker_id, cluster_id=cluster_id) if manage_root else None
         self._uncleanable: set[tuple[str, int]] = set()  # a pass failed on them (Kafka's uncleanable partitions)
@@ -127,7 +132,7 @@ class LogManager:
                 clean_shutdown=clean,
                 cleaner_offset=cleaner_offsets.get(parsed),
             )
-            self._logs[parsed].storage_io = self._background_io
+            self._attach(self._logs[parsed])
             if self.replicated:
                 self._logs[parsed].high_watermark = max(high_watermarks.get(parsed, 0),
                                                         self._logs[parsed].log_start_offset)
@@ -166,11 +171,21 @@ class LogManager:
         path = os.path.join(log_dir, name)
         created = Log.open(path, topic, partition, self._config_for(topic),
                            topic_id=topic_id or checkpoints.new_kafka_uuid())
-        created.storage_io = self._background_io
+        self._attach(created)
         if self.replicated:
             created.high_watermark = created.log_start_offset  # nothing confirmed yet
         self._logs[key], self._dir_of[key] = created, log_dir
         return created
+
+    def _attach(self, partition_log: Log) -> None:
+        partition_log.storage_io = self._background_io
+        partition_log.group_flush = self._group_flush
+
+    def _group_flush(self, partition_log: Log) -> None:
+        if self.group_flush is not None:
+            self.group_flush(partition_log)
+        else:  # nobody gathers: at once
+            partition_log.flush_owed()
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a partition; a cleaning pass running over it gives up at its swap."""

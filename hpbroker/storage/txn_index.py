@@ -45,6 +45,9 @@ class TransactionIndex:
     def __init__(self, path: str):
         self.path = path
         self.entries: list[AbortedTxn] = _read(path)
+        # changed since the last fsync (most segments never are); at first maybe
+        # (a predecessor killed before its fsync left pages only the cache holds)
+        self._dirty = True
 
     @property
     def last_marker(self) -> int:
@@ -65,6 +68,7 @@ class TransactionIndex:
         finally:
             os.close(fd)
         self.entries.append(txn)
+        self._dirty = True
         return True
 
     def truncate_to(self, offset: int) -> None:
@@ -75,6 +79,7 @@ class TransactionIndex:
         self.entries = keep
         if os.path.exists(self.path):
             os.truncate(self.path, len(keep) * ENTRY.size)
+            self._dirty = True
 
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """The aborted transactions that may hold records in ``[fetch_offset,
@@ -90,6 +95,9 @@ class TransactionIndex:
         return found, False
 
     def flush(self) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False  # before the fsync: a write during it is left for the next flush
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:  # none yet, or renamed for deletion by the owner while a background flush ran

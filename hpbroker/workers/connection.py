@@ -336,6 +336,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _send_owed(self) -> None:
         """Send the owed answers in request order, each once it is made (while
         this task runs, every answer goes through it)."""
+        all_sent = False
         try:
             while self.owed:
                 answer = self.owed.popleft()
@@ -354,6 +355,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     _close_regions(answer)
                 elif not await self._send(answer):
                     break
+            else:
+                all_sent = True
         finally:
             self.sender = None
             self.owed_room.set()
@@ -363,6 +366,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     left.add_done_callback(_close_made_regions)
                 else:
                     _close_regions(left)
+        # A client whose every answer is owed (acks=all, a group commit) leaves the
+        # connection between its requests only here: it follows its partitions too.
+        if all_sent and self.idle and self.started is None and self.queue.empty() and self._moved():
+            self.queue.put_nowait(None)  # handed to another worker: the serving task ends
 
     async def _finish(self, header, request, started: float, later: Later, task: list[asyncio.Task]):
         """The rest of an owed answer (made in ``task[0]``); a failure there is

@@ -15,6 +15,7 @@ here too, and the flush hands the counts and their sum over at once
 import asyncio
 import bisect
 import logging
+import threading
 import time
 
 from hpbroker.protocol.schemas import request_type
@@ -35,10 +36,21 @@ _records_in: dict[str, int] = {}
 _bytes_out: dict[str, int] = {}
 _peer_payloads: dict[str, int] = {}  # "arena" or "inline" -> bytes sent to other workers that way
 _latencies: dict[str, list] = {}  # API name -> [seconds summed, count of bucket 0, bucket 1, ...]
+# the segment fsyncs' [seconds summed, count of bucket 0, ...]: a flush.messages=1 produce makes one,
+# on the loop or on the storage thread (hence the lock)
+_FSYNC_BOUNDS = metrics.FSYNC_SECONDS.bounds
+_fsyncs: list = [0.0] + [0] * len(_FSYNC_BOUNDS)
+_fsyncs_lock = threading.Lock()
 
 
 def install() -> None:
-    stats.fsync_observer = metrics.observe_fsync
+    stats.fsync_observer = fsync_done
+
+
+def fsync_done(seconds: float) -> None:
+    with _fsyncs_lock:
+        _fsyncs[0] += seconds
+        _fsyncs[1 + bisect.bisect_left(_FSYNC_BOUNDS, seconds)] += 1
 
 
 def api_name(api_key: int, api_version: int) -> str:
@@ -87,6 +99,11 @@ def flush() -> None:
     _latencies.clear()
     for name, (seconds, *buckets) in latencies:
         metrics.REQUEST_SECONDS.add((name,), seconds, buckets)
+    with _fsyncs_lock:
+        seconds, *buckets = _fsyncs
+        _fsyncs[:] = [0.0] + [0] * len(buckets)
+    if any(buckets):
+        metrics.FSYNC_SECONDS.add((), seconds, buckets)
 
 
 async def flush_forever() -> None:

@@ -44,6 +44,9 @@ class AppendResult(msgspec.Struct, **_STRUCT):
     # partition waits until the coordinator confirms the partition is in it (KIP-890); the
     # guard to send back with the confirmed retry
     verify: int = 0
+    # False: the flush.messages fsync of the batch is still to come (a group commit,
+    # ``Log.owes_flush``): an acks=1 answer waits for it too
+    durable: bool = True
 
 
 class LocateResult(msgspec.Struct, **_STRUCT):
@@ -383,9 +386,11 @@ class Batch(_Call):
 
 
 class WaitReplicated(_Call):
-    """acks=all: wait until each (topic, partition)'s high watermark passes its end offset."""
+    """acks=all: wait until each (topic, partition)'s high watermark passes its end offset;
+    ``durable_only`` (acks=1): until the leader's flushed offset does (a group commit)."""
     items: list[tuple[str, int, int]]
     timeout_ms: int
+    durable_only: bool = False
 
     def unanswered(self, error: ErrorCode) -> Replicated:
         return Replicated([error] * len(self.items))

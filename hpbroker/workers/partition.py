@@ -124,12 +124,14 @@ class Partition:
         return len(self.leadership.state.isr) if self.leadership is not None else 0
 
     # --- writing -----------------------------------------------------------------------
-    def append(self, records, acks: int, min_insync: int, origin: str = ORIGIN_CLIENT) -> AppendResult:
+    def append(self, records, acks: int, min_insync: int, origin: str = ORIGIN_CLIENT,
+               group_commit: bool = False) -> AppendResult:
         """Produce: the batches appended at the next offsets (the caller checked
         ``leader_error``).  acks=all is refused before appending while fewer
         replicas are in sync than ``min_insync``, as Kafka does.  ``origin``
         is the log's: a coordinator's own writes (markers, transactional
-        offsets) are ``ORIGIN_COORDINATOR``."""
+        offsets) are ``ORIGIN_COORDINATOR``.  ``group_commit``: see
+        ``Log.append``; the result says whether its fsync is still to come."""
         partition_log = self.log
         in_sync = self.isr_size()
         if acks == -1 and min_insync > in_sync:
@@ -137,7 +139,8 @@ class Partition:
                                 message=f"{self.topic}-{self.index} has {in_sync} in-sync replica(s), below "
                                         f"min.insync.replicas")
         try:
-            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch, origin=origin)
+            info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch, origin=origin,
+                                        group_commit=group_commit)
         except CorruptRecordError as exc:  # a legacy message set that does not decode
             return self._rejected(ErrorCode.corrupt_message, exc)
         except StorageError as exc:
@@ -148,8 +151,9 @@ class Partition:
             return AppendResult(ErrorCode.kafka_storage_error, log_start_offset=partition_log.log_start_offset,
                                 message=str(exc))
         observe.appended(self.topic, info.size, info.records)
+        end = info.last_offset + 1
         return AppendResult(ErrorCode.none, info.first_offset, info.log_append_time, partition_log.log_start_offset,
-                            end_offset=info.last_offset + 1)
+                            end_offset=end, durable=not partition_log.owes_flush(end))
 
     def _rejected(self, error: ErrorCode, exc: Exception) -> AppendResult:
         _rejected.log(logging.WARNING, (self.key, error), "produce to %s-%d rejected: %s", self.topic, self.index, exc)

@@ -24,6 +24,7 @@ producer's pipelined requests, the first refused and the next out of sequence.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -35,7 +36,8 @@ from hpbroker.clock import now_ms
 from hpbroker.errors import ErrorCode
 from hpbroker.records.batch import first_is_transactional, first_producer
 from hpbroker.records.control import ABORT, COMMIT, encode_control_batch
-from hpbroker.storage import LogManager, filenames
+from hpbroker.server.logging_setup import Throttled
+from hpbroker.storage import LogManager, StorageError, filenames
 from hpbroker.storage.log import ORIGIN_COORDINATOR
 from hpbroker.workers import eager
 from hpbroker.workers.owner_calls import (
@@ -68,6 +70,9 @@ from hpbroker.workers.topics import TopicRegistry
 if TYPE_CHECKING:
     from hpbroker.workers.cluster_topics import ClusterTopics
 
+log = logging.getLogger(__name__)
+_flush_failures = Throttled(log)  # a failing disk fails every group commit until it is back
+
 
 class Partitions:
     def __init__(self, logs: LogManager, topics: TopicRegistry | ClusterTopics, *, replicas=None,
@@ -79,6 +84,7 @@ class Partitions:
         # cluster mode: the ReplicaManager, which gives the partitions assigned here their roles
         self.replicas = replicas
         self._standalone: dict[tuple[str, int], Partition] = {}
+        self._owing_flush: list = []  # logs with group-committed writes for this turn's fsync
         # (topic, partition, producer id, commit) -> None, after a marker is written: the
         # group coordinator settles the offsets a transaction committed on an offsets partition
         self.on_marker: Callable[[str, int, int, bool], None] | None = None
@@ -178,7 +184,8 @@ class Partitions:
             if unverified is not None:
                 return unverified
         return self._appended(found, found.append(records, call.acks,
-                                                  self.topics.config_for(call.topic).min_insync_replicas), call.acks)
+                                                  self.topics.config_for(call.topic).min_insync_replicas,
+                                                  group_commit=True), call.acks)
 
     def append_local(self, topic: str, partition: int, records) -> AppendResult:
         """A coordinator's own write to a partition this worker owns (its
@@ -308,30 +315,65 @@ class Partitions:
     # --- waits ----------------------------------------------------------------------------------
     async def wait_replicated(self, call: WaitReplicated) -> Replicated:
         """acks=all, per (topic, partition, end offset): once the high watermark
-        passed it.  Kafka's answers otherwise: NOT_ENOUGH_REPLICAS_AFTER_APPEND when
-        the ISR had shrunk below min.insync.replicas by then,
-        NOT_LEADER_OR_FOLLOWER when leadership went, REQUEST_TIMED_OUT when time
-        ran out."""
+        passed it (which also waits for a group commit's fsync, ``Log.append``);
+        with ``durable_only`` (acks=1) once the leader's own fsync did.  Kafka's
+        answers otherwise: NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR had
+        shrunk below min.insync.replicas by then, NOT_LEADER_OR_FOLLOWER when
+        leadership went, KAFKA_STORAGE_ERROR when the fsync failed,
+        REQUEST_TIMED_OUT when time ran out."""
         timeout_s = call.timeout_ms / 1000
-        return Replicated(await eager.all_of([self._replicated(topic, partition, end, timeout_s)
+        return Replicated(await eager.all_of([self._replicated(topic, partition, end, timeout_s, call.durable_only)
                                               for topic, partition, end in call.items]))
 
-    async def _replicated(self, topic: str, partition: int, end_offset: int, timeout_s: float) -> ErrorCode:
+    async def _replicated(self, topic: str, partition: int, end_offset: int, timeout_s: float,
+                          durable_only: bool = False) -> ErrorCode:
         found = self.resolve(topic, partition)
         if isinstance(found, ErrorCode) or found.role not in (Role.LEADER, Role.STANDALONE):
             return ErrorCode.not_leader_or_follower
-        if found.role is Role.STANDALONE:
-            return ErrorCode.none  # the one replica has it
-        epoch = found.leader_epoch
-        reached = await self.purgatory.wait(
-            [found.key], lambda: found.log.high_watermark >= end_offset or not _still(found, epoch), timeout_s)
+        partition_log, epoch = found.log, found.leader_epoch
+
+        def failed() -> bool:  # the fsync it waits for failed (the next tick tries again)
+            return partition_log.flush_failure is not None and partition_log.owes_flush(end_offset)
+
+        if durable_only or found.role is Role.STANDALONE:  # the one replica has it once it is on disk
+            def done() -> bool:
+                return not partition_log.owes_flush(end_offset)
+        else:
+            def done() -> bool:
+                return partition_log.high_watermark >= end_offset
+        reached = done() or await self.purgatory.wait(
+            [found.key], lambda: done() or failed() or not _still(found, epoch), timeout_s)
         if not _still(found, epoch):
             return ErrorCode.not_leader_or_follower
-        if not reached:
+        if failed():
+            return ErrorCode.kafka_storage_error
+        if not reached or not done():
             return ErrorCode.request_timed_out
-        if found.isr_size() < self.topics.config_for(topic).min_insync_replicas:
+        if not durable_only and found.isr_size() < self.topics.config_for(topic).min_insync_replicas:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
+
+    # --- group commits ------------------------------------------------------------------------
+    def group_flushes_on(self, loop) -> None:
+        """The flush.messages fsyncs of client produces (``Log.append``'s
+        group commit) wait for the end of the loop's turn: the appends of every
+        request the turn read share one fsync per partition, done on the loop
+        (an fsync handed to a thread costs more in wake-ups and the GIL than
+        it saves here), and the answers waiting for it go out after it."""
+        def soon(partition_log) -> None:
+            if not self._owing_flush:
+                loop.call_soon(self._flush_owed)
+            self._owing_flush.append(partition_log)
+        self.logs.group_flush = soon
+
+    def _flush_owed(self) -> None:
+        owing, self._owing_flush = self._owing_flush, []
+        for partition_log in owing:
+            try:
+                partition_log.flush_owed()
+            except StorageError as exc:  # the answers waiting for it fail; the next tick tries again
+                _flush_failures.log(logging.ERROR, (partition_log.topic, partition_log.partition), "%s", exc)
+            self.purgatory.poke((partition_log.topic, partition_log.partition))
 
     async def wait_for_data(self, call: WaitForData) -> DataReady:
         """A fetch long poll: until any (topic, partition) has data at or beyond

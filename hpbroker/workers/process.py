@@ -185,6 +185,7 @@ class Worker:
         self.stopping = asyncio.Event()
         for sig in (signal.SIGTERM,):
             loop.add_signal_handler(sig, self.stopping.set)
+        self.partitions.group_flushes_on(loop)  # a turn's flush.messages fsyncs shared
         self.peers = PeerClient(self.broker_tag, self.memory.payloads.sender(self.index), observe.peer_payload)
         self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.memory.payloads.receiver())
         await self.peer_server.start()

@@ -58,7 +58,7 @@ from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
-from hpbroker.workers.context import CLIENT_HOST, BrokerIdentity, WorkerContext
+from hpbroker.workers.context import CLIENT_HOST, BrokerIdentity, Later, WorkerContext
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES
@@ -329,6 +329,8 @@ class Harness:
         else:
             CLIENT_HOST.set(CLIENT_HOST_SEEN)
             response = await ROUTES[header.api_key](self.ctx, header, decoded)
+            if isinstance(response, Later):  # owed: the connection writes it once made
+                response = await response.rest
         if response is None:
             return None
         api_key = header.api_key

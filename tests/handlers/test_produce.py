@@ -1,13 +1,25 @@
 """Produce (0): acks 0, 1 and all on a standalone broker, refused partitions
 and batches, the legacy versions, and what was appended read back."""
 
+import asyncio
+import os
+
 import pytest
 
 from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.records import Record, encode_message_set
+from hpbroker.storage import stats
 from hpbroker.workers.context import CloseConnection
-from tests.handlers.conftest import PRODUCE_KEY, batch, errors, produce_request, request
+from tests.handlers.conftest import (
+    PRODUCE_KEY,
+    batch,
+    errors,
+    fetch_request,
+    produce_request,
+    request,
+    values_of,
+)
 
 
 def partitions_of(answer) -> list[tuple]:
@@ -155,3 +167,90 @@ def test_zstd_needs_produce_v7(broker, version, error):
     answer = broker.send(produce_request(version, "t", 0, batch(b"z" * 50, compression=layout.CODEC_ZSTD)))
     assert [e for _, _, e, _ in partitions_of(answer)] == [error]
     assert broker.read("t") == (ErrorCode.none, [b"z" * 50] if error == "none" else [])
+
+
+# --- flush.messages: one fsync for a turn's produces ---------------------------------------------
+class _Turns:
+    """Stands in for the worker's loop where it gathers the turn's fsyncs: the
+    test says when the turn ends."""
+
+    def __init__(self):
+        self.ends: list = []
+
+    def call_soon(self, callback) -> None:
+        self.ends.append(callback)
+
+    def end(self) -> None:
+        [callback] = self.ends
+        self.ends.clear()
+        callback()
+
+
+async def _until(condition) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the produces never got that far")
+
+
+@pytest.fixture
+def flushing(make_broker, monkeypatch):
+    """A broker whose topic "t" fsyncs every message, its turns ended by the test,
+    and the segment fsyncs it made."""
+    broker = make_broker({"log.flush.interval.messages": "1"})
+    broker.create_topic("t")
+    broker.partitions.resolve("t", 0)  # the log made (its first segment fsynced) before counting
+    turns = _Turns()
+    broker.partitions.group_flushes_on(turns)
+    fsyncs: list = []
+    monkeypatch.setattr(stats, "fsync_observer", fsyncs.append)
+    return broker, turns, fsyncs
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_produces_to_a_partition_that_fsyncs_every_message_share_the_turns_fsync(flushing, acks):
+    broker, turns, fsyncs = flushing
+
+    log = broker.logs.get_log("t", 0)
+    assert log is not None
+
+    async def scenario():
+        produces = [asyncio.ensure_future(broker.call(produce_request(9, "t", 0, batch(b"v%d" % i), acks=acks)))
+                    for i in range(3)]
+        await _until(lambda: log.written_offset == 3)
+        await asyncio.sleep(0.05)
+        assert not any(p.done() for p in produces), "no answer before the fsync"
+        [t] = (await broker.call(fetch_request(12, [("t", 0, 0)]))).responses
+        assert (t.partitions[0].high_watermark, values_of(t.partitions[0].records)) == (0, [])  # unseen yet
+        assert fsyncs == []
+        turns.end()
+        return await asyncio.gather(*produces)
+
+    answers = broker.run(scenario())
+    assert sorted(partitions_of(a)[0][2:] for a in answers) == [("none", 0), ("none", 1), ("none", 2)]
+    assert len(fsyncs) == 1, "one fsync for the three"
+    assert broker.read("t") == (ErrorCode.none, [b"v0", b"v1", b"v2"])
+
+
+def test_a_failed_fsync_fails_the_produces_waiting_for_it_and_the_records_stay_unseen(flushing, monkeypatch):
+    broker, turns, _ = flushing
+    real_fsync = os.fsync
+
+    def failing(fd):
+        raise OSError(5, "Input/output error")
+
+    async def scenario():
+        produce = asyncio.ensure_future(broker.call(produce_request(9, "t", 0, batch(b"maybe"))))
+        await _until(lambda: turns.ends)
+        monkeypatch.setattr(os, "fsync", failing)
+        turns.end()
+        return await produce
+
+    answer = broker.run(scenario())
+    assert partitions_of(answer)[0][2] == "kafka_storage_error"
+    assert broker.read("t") == (ErrorCode.none, [])
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    broker.tick()  # tries again, at the end of a turn
+    turns.end()
+    assert broker.read("t") == (ErrorCode.none, [b"maybe"])  # on disk now: seen (a retry answers its offset)

@@ -11,6 +11,7 @@ import time
 
 import confluent_kafka as ck
 import kafka
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import TopicName
@@ -49,13 +50,19 @@ def _produce_request(topic: str, value: bytes) -> ProduceRequest:
             make(PartitionProduceData, index=i32(0), records=batch),)),))
 
 
-def test_connections_move_to_the_owner_of_their_partition_and_keep_their_stream(broker_factory):
+@pytest.mark.parametrize("flush", [None, "1"], ids=["answered-at-once", "owed-until-fsynced"])
+def test_connections_move_to_the_owner_of_their_partition_and_keep_their_stream(broker_factory, flush):
     """Four connections opened together land on both workers; producing one
     record per request to one partition, those on the other worker move to
     its owner after MOVE_AFTER requests, mid-stream: every answer comes back
-    in order with the next offset, and both clients read back each record once."""
+    in order with the next offset, and both clients read back each record once.
+    So do connections whose every answer is owed (here until its group
+    commit's fsync): they move between requests, once their answers are out."""
     port = free_port()
-    broker = broker_factory({"metrics.listen": f"127.0.0.1:{port}"}, num_workers=2)
+    settings = {"metrics.listen": f"127.0.0.1:{port}"}
+    if flush is not None:
+        settings["log.flush.interval.messages"] = flush
+    broker = broker_factory(settings, num_workers=2)
     topic = topic_name("moves")
     _create(broker.bootstrap, topic, 1)
     owner = partition_owner(topic, 0, 2)

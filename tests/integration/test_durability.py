@@ -5,8 +5,10 @@ import threading
 
 import confluent_kafka as ck
 
+from harness.broker import free_port
 from harness.waiting import wait_for
-from tests.integration.clients import ck_consume, ck_consume_all, ck_produce, kp_consume, topic_name
+from tests.integration.clients import ck_consume, ck_consume_all, ck_produce, kp_consume, kp_produce, topic_name
+from tests.integration.test_metrics import scrape_when, value
 
 
 def _check(bootstrap, topic, partitions, expected: dict, consume=ck_consume):
@@ -99,3 +101,43 @@ def _owner(topic, partition, workers):
     from hpbroker.server.ownership import partition_owner
 
     return partition_owner(topic, partition, workers)
+
+
+def test_producers_to_partitions_that_fsync_every_message_share_the_fsyncs(broker_factory):
+    """``log.flush.interval.messages=1``: every acknowledged record was fsynced
+    before its answer, and concurrent producers' appends share the fsyncs
+    (fewer than the Produce requests) instead of queueing for one each."""
+    port = free_port()
+    b = broker_factory({"log.flush.interval.messages": "1", "num.partitions": "2",
+                        "metrics.listen": f"127.0.0.1:{port}"})
+    topic = topic_name("groupcommit")
+    acked: list = []
+    lock = threading.Lock()
+
+    def produce(name: str, count: int, client) -> None:
+        records = [{"value": b"%s-%d" % (name.encode(), i), "partition": i % 2} for i in range(count)]
+        positions = client(records)
+        with lock:
+            acked.extend(zip(positions, (r["value"] for r in records)))
+
+    clients = [lambda records: ck_produce(b.bootstrap, topic, records, acks=1, **{"linger.ms": 0,
+                                                                                  "batch.num.messages": 1})
+               for _ in range(6)]
+    clients.append(lambda records: kp_produce(b.bootstrap, topic, records, acks=1))
+    threads = [threading.Thread(target=produce, args=(f"p{i}", 300, client)) for i, client in enumerate(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(t.is_alive() for t in threads) and len(acked) == 7 * 300
+    expected = dict(acked)
+    assert len(expected) == len(acked), "two records acknowledged at one offset"
+    got = kp_consume(b.bootstrap, topic, [0, 1], len(expected))
+    assert {(r.partition, r.offset): r.value for r in got} == expected
+
+    samples = wait_for(lambda: scrape_when(port, lambda s: value(s, "hpbroker_topic_records_in_total",
+                                                                  topic=topic) == len(expected)),
+                       30, "the counters of every append")
+    produces = value(samples, "hpbroker_requests_total", api="Produce")
+    fsyncs = value(samples, "hpbroker_fsync_seconds_count")
+    assert 0 < fsyncs < produces, f"{fsyncs:.0f} fsyncs for {produces:.0f} Produce requests"

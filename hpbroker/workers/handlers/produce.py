@@ -2,7 +2,10 @@
 them (single writer); the answers come back in the client's order, written
 straight to the wire (``protocol/produce_response.py``).  An acks=all answer
 that must wait for the replicas is owed (``Later``): the connection handles
-the producer's next request meanwhile.
+the producer's next request meanwhile.  So is an acks=1 answer whose
+``flush.messages`` fsync is still to come: the owner does one fsync per
+partition for all the produces of a turn of its loop (a group commit, see
+``Partitions.group_flushes_on``).
 
 A transactional batch that would open its producer's transaction on a
 partition is held by the owner until the transaction coordinator confirms
@@ -119,18 +122,26 @@ async def _verified(ctx, work, results, acks: int, transactional_id: str | None)
         results[i] = answer
 
 
-async def _wait_replicated(ctx, work, results, timeout_s: float) -> list:
-    """acks=all: each appended batch is answered once the high watermark passed
-    it (one wait per owning worker, for those the owner did not find replicated
-    already); a failure replaces its success."""
+def _waits(acks: int, result: AppendResult) -> bool:
+    """Whether an appended batch's answer must wait: acks=all until the high
+    watermark passed it, acks=1 until its group commit's fsync did."""
+    if result.error != ErrorCode.none:
+        return False
+    return not result.replicated if acks == -1 else acks == 1 and not result.durable
+
+
+async def _wait_replicated(ctx, work, results, timeout_s: float, acks: int) -> list:
+    """Each appended batch that ``_waits`` is answered once its wait is over
+    (one wait per owning worker); a failure replaces its success."""
     by_owner: dict[int, list[int]] = {}
     for i, ((topic, partition, _), result) in enumerate(zip(work, results)):
-        if result.error == ErrorCode.none and not result.replicated:
+        if _waits(acks, result):
             by_owner.setdefault(ctx.owners.partition_owner(topic, partition), []).append(i)
 
     async def one(owner: int, indexes: list[int]) -> None:
         wanted = [(work[i][0], work[i][1], results[i].end_offset) for i in indexes]
-        replicated = await ctx.owners.ask(WaitReplicated(wanted, int(timeout_s * 1000)), owner)
+        replicated = await ctx.owners.ask(WaitReplicated(wanted, int(timeout_s * 1000), durable_only=acks == 1),
+                                          owner)
         for i, error in zip(indexes, replicated.errors):
             if error != ErrorCode.none:
                 results[i] = AppendResult(error, log_start_offset=results[i].log_start_offset)
@@ -152,12 +163,12 @@ async def handle(ctx, header, request):
                    ] * len(work)
     else:
         results = await _append_all(ctx, work, acks, transactional_id, header.api_version)
-        if acks == -1 and any(r.error == ErrorCode.none and not r.replicated for r in results):
-            # appended: the next request may be handled while this one waits for the replicas.
-            # The wait keeps where the records went, not the records: the request's buffer
-            # serves another request while the followers catch up (protocol/framing.py).
+        if any(_waits(acks, r) for r in results):
+            # appended: the next request may be handled while this one waits for the replicas
+            # (or its group commit's fsync). The wait keeps where the records went, not the
+            # records: the request's buffer serves another request meanwhile (protocol/framing.py).
             placed = [(topic, partition, None) for topic, partition, _ in work]
-            return Later(_answer_replicated(ctx, header, placed, results, request.timeout.total_seconds()),
+            return Later(_answer_replicated(ctx, header, placed, results, request.timeout.total_seconds(), acks),
                          request.without_records())
     if acks == 0:
         # No response exists; a failure closes the connection, as Kafka does,
@@ -171,8 +182,8 @@ async def handle(ctx, header, request):
     return _answer(header, work, results)
 
 
-async def _answer_replicated(ctx, header, work, results, timeout_s: float) -> list[bytes]:
-    return _answer(header, work, await _wait_replicated(ctx, work, results, timeout_s))
+async def _answer_replicated(ctx, header, work, results, timeout_s: float, acks: int) -> list[bytes]:
+    return _answer(header, work, await _wait_replicated(ctx, work, results, timeout_s, acks))
 
 
 def _answer(header, work, results) -> list[bytes]:
