@@ -97,13 +97,16 @@ def test_a_failed_fsync_keeps_the_writes_unseen_and_the_next_tick_asks_again(tmp
     monkeypatch.setattr(os, "fsync", failing)
     with pytest.raises(KafkaStorageError, match="fsync failed"):
         log.flush_owed()
-    assert isinstance(log.flush_failure, KafkaStorageError)
+    assert isinstance(log.flush_failure, KafkaStorageError) and log.flush_failed(2)
     assert log.owes_flush(2) and log.high_watermark == 0 and log.flushed_offset == 0
-    monkeypatch.setattr(os, "fsync", real_fsync)
     log.tick()
     assert asked == [log, log], "the owner is asked again"
+    log.append(make_batch(2), group_commit=True)
+    assert asked == [log, log], "once"
+    assert log.owes_flush(4) and not log.flush_failed(4), "its fsync was not tried yet"
+    monkeypatch.setattr(os, "fsync", real_fsync)
     log.flush_owed()
-    assert log.flush_failure is None and log.high_watermark == 2 and not log.owes_flush(2)
+    assert log.flush_failure is None and log.high_watermark == 4 and not log.owes_flush(4)
 
 
 def test_cutting_the_log_forgets_the_owed_writes_it_removes(tmp_path):

@@ -164,10 +164,11 @@ class Log:
         self._flush_job: background_io.FlushJob | None = None
         # group commit (``write``): (start, end) of each write whose flush.messages
         # fsync is not done yet, oldest first; the offset that fsync must reach;
-        # and why the last background fsync failed (None once one succeeds)
+        # why the last fsync failed (None once one succeeds) and what it was to cover
         self._owed_flushes: collections.deque[tuple[int, int]] = collections.deque()
         self._flush_owed_to = 0
         self.flush_failure: KafkaStorageError | None = None
+        self._failed_to = 0
         # group commit: asked (once until it calls ``flush_owed``) to fsync this
         # log's owed writes soon, together with the writes that come meanwhile
         self.group_flush: Callable[[Log], None] | None = None
@@ -350,10 +351,10 @@ class Log:
         batches, which clients may not.
 
         With ``group_commit`` (a client's produce, whose answer the caller can
-        hold back) the fsync ``flush.messages`` asks for is not waited for
-        here: it goes to the storage thread, shared with the appends that
-        come meanwhile, and consumers see none of the batches until it is done
-        (``owes_flush`` says whether an answer must wait for it).
+        hold back) the fsync ``flush.messages`` asks for is not done here: the
+        log's owner is asked for it (``group_flush``) and does one for all the
+        appends of its turn, and consumers see none of the batches until it is
+        done (``owes_flush`` says whether an answer must wait for it).
         """
         if origin not in _ORIGINS:
             raise ValueError(f"unknown append origin {origin!r}")
@@ -601,6 +602,11 @@ class Log:
         an answer saying they are stored waits for it too."""
         return self._flushed_offset < end_offset <= self._flush_owed_to
 
+    def flush_failed(self, end_offset: int) -> bool:
+        """Whether the fsync the batches ending before ``end_offset`` wait for
+        was tried and failed (a later one may still succeed: ``tick``)."""
+        return self.flush_failure is not None and self.owes_flush(end_offset) and end_offset <= self._failed_to
+
     def _write_staged(self) -> None:
         try:
             self.active_segment.write()
@@ -655,6 +661,7 @@ class Log:
             background_io.fsync_all(self._name, segments, snapshot)
         except OSError as exc:
             self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
+            self._failed_to = target
             raise self.flush_failure from exc
         self._flushed_to(target)
 

@@ -333,7 +333,7 @@ class Partitions:
         partition_log, epoch = found.log, found.leader_epoch
 
         def failed() -> bool:  # the fsync it waits for failed (the next tick tries again)
-            return partition_log.flush_failure is not None and partition_log.owes_flush(end_offset)
+            return partition_log.flush_failed(end_offset)
 
         if durable_only or found.role is Role.STANDALONE:  # the one replica has it once it is on disk
             def done() -> bool:

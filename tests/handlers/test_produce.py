@@ -1,5 +1,6 @@
 """Produce (0): acks 0, 1 and all on a standalone broker, refused partitions
-and batches, the legacy versions, and what was appended read back."""
+and batches, the legacy versions, what was appended read back, and produces
+to a partition that fsyncs every message sharing their turn's fsync."""
 
 import asyncio
 import os
