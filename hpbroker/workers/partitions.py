@@ -89,7 +89,7 @@ class Partitions:
         # group coordinator settles the offsets a transaction committed on an offsets partition
         self.on_marker: Callable[[str, int, int, bool], None] | None = None
         self._configs_generation = topics.generation
-        self._handlers = {Append: self.append, Locate: self.locate, FollowerFetch: self.follower_fetch,
+        self._handlers = {Append: self.produce, Locate: self.locate, FollowerFetch: self.follower_fetch,
                           ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
                           DescribeProducers: self.describe_producers, DeleteRecords: self.delete_records,
                           DeletePartition: self.delete_partition, WriteMarker: self.write_marker, Batch: self.batch,
@@ -174,7 +174,16 @@ class Partitions:
             results.append(await result if hasattr(result, "__await__") else result)
         return Batched(results)
 
-    def append(self, call: Append) -> AppendResult:
+    def produce(self, call: Append) -> AppendResult:
+        """A client's produce (the owner call every Produce request makes): its
+        ``flush.messages`` fsync is a group commit, shared with the turn's
+        other produces (``group_flushes_on``), which its answer waits for."""
+        return self.append(call, group_commit=True)
+
+    def append(self, call: Append, group_commit: bool = False) -> AppendResult:
+        """An append for this worker's own use (a coordinator's records): its
+        ``flush.messages`` fsync is done before it returns, as the coordinator
+        acts on what it wrote at once."""
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
             return AppendResult(found)
@@ -185,7 +194,7 @@ class Partitions:
                 return unverified
         return self._appended(found, found.append(records, call.acks,
                                                   self.topics.config_for(call.topic).min_insync_replicas,
-                                                  group_commit=True), call.acks)
+                                                  group_commit=group_commit), call.acks)
 
     def append_local(self, topic: str, partition: int, records) -> AppendResult:
         """A coordinator's own write to a partition this worker owns (its
