@@ -220,7 +220,8 @@ def test_produces_to_a_partition_that_fsyncs_every_message_share_the_turns_fsync
         produces = [asyncio.ensure_future(broker.call(produce_request(9, "t", 0, batch(b"v%d" % i), acks=acks)))
                     for i in range(3)]
         await _until(lambda: log.written_offset == 3)
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # every step the answers could take without the fsync
+            await asyncio.sleep(0)
         assert not any(p.done() for p in produces), "no answer before the fsync"
         [t] = (await broker.call(fetch_request(12, [("t", 0, 0)]))).responses
         assert (t.partitions[0].high_watermark, values_of(t.partitions[0].records)) == (0, [])  # unseen yet
