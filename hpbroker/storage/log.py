@@ -163,10 +163,9 @@ class Log:
         self.storage_io: Executor | None = None
         self._flush_job: background_io.FlushJob | None = None
         # group commit (``write``): (start, end) of each write whose flush.messages
-        # fsync is not done yet, oldest first; the offset that fsync must reach;
-        # why the last fsync failed (None once one succeeds) and what it was to cover
+        # fsync is not done yet, oldest first; why the last fsync failed (None
+        # once one succeeds) and what it was to cover
         self._owed_flushes: collections.deque[tuple[int, int]] = collections.deque()
-        self._flush_owed_to = 0
         self.flush_failure: KafkaStorageError | None = None
         self._failed_to = 0
         # group commit: asked (once until it calls ``flush_owed``) to fsync this
@@ -579,7 +578,6 @@ class Log:
             except KafkaStorageError:
                 self._owed_flushes.pop()
                 raise
-            self._flush_owed_to = self._written_offset
             if not self._group_flush_asked:
                 self._group_flush_asked = True
                 self.group_flush(self)
@@ -595,6 +593,12 @@ class Log:
         self._group_flush_asked = False
         if self._flush_owed_to > self._flushed_offset:
             self.flush(self._flush_owed_to)
+
+    @property
+    def _flush_owed_to(self) -> int:
+        """Where the owed fsync must reach: the end of the newest owed write
+        (the flushed offset when none is owed)."""
+        return self._owed_flushes[-1][1] if self._owed_flushes else self._flushed_offset
 
     def owes_flush(self, end_offset: int) -> bool:
         """Whether the batches ending before ``end_offset`` wait for a
@@ -660,9 +664,7 @@ class Log:
         try:
             background_io.fsync_all(self._name, segments, snapshot)
         except OSError as exc:
-            self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
-            self._failed_to = target
-            raise self.flush_failure from exc
+            raise self._fsync_failed(target, exc) from exc
         self._flushed_to(target)
 
     def _flush_in_background(self, up_to: int | None) -> None:
@@ -683,6 +685,13 @@ class Log:
         segments = self._segments_overlapping(self._flushed_offset, target) if target > self._flushed_offset else ()
         return target, segments, snapshot
 
+    def _fsync_failed(self, target: int, exc: OSError) -> KafkaStorageError:
+        """The storage error of a flush up to ``target`` that failed, kept for
+        the answers waiting for it (``flush_failed``)."""
+        self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
+        self._failed_to = target
+        return self.flush_failure
+
     def _flushed_to(self, target: int) -> None:
         self.flush_failure = None
         if target > self._flushed_offset:
@@ -700,8 +709,7 @@ class Log:
         try:
             job.future.result()
         except OSError as exc:
-            self.flush_failure = KafkaStorageError(f"{self._name}: fsync failed: {exc}")
-            raise self.flush_failure from exc
+            raise self._fsync_failed(job.target, exc) from exc
         self._flushed_to(job.target)
 
 
@@ -954,7 +962,6 @@ class Log:
             self._log_end_offset = self._written_offset = end
             self._flushed_offset = min(self._flushed_offset, end)
             self._flush_requested_to = min(self._flush_requested_to, end)
-            self._flush_owed_to = min(self._flush_owed_to, end)
             while self._owed_flushes and self._owed_flushes[-1][1] > end:  # what is cut needs no fsync
                 start, _ = self._owed_flushes.pop()
                 if start < end:
