@@ -1,7 +1,7 @@
 """The payload arena (``hpbroker/shared/payload_arena.py``): payloads copied in
-by their sender and out by the owner, slots reused oldest first, and no
-reference ever read as something other than what it named, even while its
-region is rewritten by another process."""
+by their sender and read in place by the owner, slots reused oldest first,
+and no reference ever read as something other than what it named, even while
+its region is rewritten by another process."""
 
 import multiprocessing
 import os
@@ -14,14 +14,27 @@ from hpbroker.shared.payload_arena import ArenaRef, PayloadArena, RefusedPayload
 REGION = 64 + 4096  # the header and 4 KiB of slots
 
 
-def test_a_payload_comes_out_as_it_went_in_as_a_private_buffer():
+def take(arena: PayloadArena, ref: ArenaRef) -> bytes:
+    """What an owner reads through ``view``, kept only if ``unchanged`` says so after."""
+    receiver = arena.receiver()
+    got = bytes(receiver.view(ref))
+    if not receiver.unchanged(ref):
+        raise RefusedPayload("rewritten while read")
+    return got
+
+
+def test_a_payload_is_read_where_it_lies_until_its_slot_is_rewritten():
     arena = PayloadArena(2, REGION)
-    ref = arena.sender(1).put(b"abc" * 100)
+    sender = arena.sender(1)
+    ref = sender.put(b"abc" * 100)
     assert ref is not None and ref.worker == 1 and ref.size == 300
-    got = arena.receiver().take(ref)
-    assert got == b"abc" * 100 and isinstance(got, bytearray)
-    got[0] = 0  # the owner stamps its copy: the slot is not touched
-    assert arena.receiver().take(ref) == b"abc" * 100
+    receiver = arena.receiver()
+    view = receiver.view(ref)
+    assert view == b"abc" * 100 and view.obj is arena.memory, "a view of the slot, not a copy"
+    assert receiver.unchanged(ref)
+    sender.release(ref)
+    assert sender.put(b"xyz" * 100) is not None  # the same slot, rewritten
+    assert not receiver.unchanged(ref)
 
 
 def test_slots_are_reused_oldest_first_and_a_full_ring_sends_inline():
@@ -38,8 +51,8 @@ def test_slots_are_reused_oldest_first_and_a_full_ring_sends_inline():
     wrapped = [sender.put(b"y" * 1008), sender.put(b"w" * 1008)]  # where the two oldest were
     assert [r.offset for r in wrapped if r is not None] == [0, 1024]
     assert sender.put(b"x") is None
-    assert [arena.receiver().take(r) for r in wrapped if r is not None] == [b"y" * 1008, b"w" * 1008]
-    assert [arena.receiver().take(r) for r in refs[2:] if r is not None] == [b"\2" * 1008, b"\3" * 1008]
+    assert [take(arena, r) for r in wrapped if r is not None] == [b"y" * 1008, b"w" * 1008]
+    assert [take(arena, r) for r in refs[2:] if r is not None] == [b"\2" * 1008, b"\3" * 1008]
 
 
 def test_an_empty_ring_starts_over_at_the_region_start():
@@ -67,8 +80,8 @@ def test_a_rewritten_slot_refuses_its_old_reference():
     new = sender.put(b"new" * 10)
     assert new is not None and new.offset == old.offset
     with pytest.raises(RefusedPayload, match="rewritten"):
-        arena.receiver().take(old)
-    assert arena.receiver().take(new) == b"new" * 10
+        take(arena, old)
+    assert take(arena, new) == b"new" * 10
 
 
 def test_a_restarted_sender_refuses_every_reference_of_its_predecessor():
@@ -77,7 +90,7 @@ def test_a_restarted_sender_refuses_every_reference_of_its_predecessor():
     assert before is not None
     arena.sender(0)  # the worker restarted: nothing written yet, the bytes are still there
     with pytest.raises(RefusedPayload):
-        arena.receiver().take(before)
+        take(arena, before)
 
 
 @pytest.mark.parametrize("ref", [ArenaRef(2, 0, 1, 1), ArenaRef(-1, 0, 1, 1), ArenaRef(0, 4, 1, 1),
@@ -88,7 +101,7 @@ def test_a_reference_to_no_slot_is_refused(ref):
     arena = PayloadArena(2, REGION)
     arena.sender(0).put(b"x")
     with pytest.raises(RefusedPayload):
-        arena.receiver().take(ref)
+        take(arena, ref)
 
 
 def test_a_worker_forked_later_reads_what_another_wrote():
@@ -99,7 +112,7 @@ def test_a_worker_forked_later_reads_what_another_wrote():
     if pid == 0:  # the child: another worker
         try:
             assert ref is not None
-            got = arena.receiver().take(ref)
+            got = take(arena, ref)
             back = arena.sender(1).put(bytes(got).upper())
             assert back is not None
             os.write(writer, struct.pack("<4q", *back))
@@ -109,7 +122,7 @@ def test_a_worker_forked_later_reads_what_another_wrote():
     back = ArenaRef(*struct.unpack("<4q", os.read(reader, 32)))
     os.close(reader)
     os.waitpid(pid, 0)
-    assert arena.receiver().take(back) == b"FROM THE PARENT"
+    assert take(arena, back) == b"FROM THE PARENT"
 
 
 def _restart_and_rewrite_forever(arena: PayloadArena, size: int) -> None:
@@ -127,14 +140,13 @@ def test_no_reader_ever_keeps_a_payload_rewritten_under_it():
     writer = multiprocessing.get_context("fork").Process(target=_restart_and_rewrite_forever, args=(arena, size),
                                                          daemon=True)
     writer.start()
-    receiver = arena.receiver()
     kept = refused = 0
     try:
         while kept < 2000 or refused < 200:
             incarnation = struct.unpack_from("<q", arena.memory, 0)[0]
             token = incarnation << 40
             try:
-                got = receiver.take(ArenaRef(0, 0, size, token))
+                got = take(arena, ArenaRef(0, 0, size, token))
             except RefusedPayload:
                 refused += 1
                 continue

@@ -1,25 +1,30 @@
 """Record payloads on their way from the worker holding a client's connection
 to the worker owning the partition: the sender copies the batch into its own
 region of shared memory and sends a reference (``ArenaRef``) over the peer
-channel instead of the bytes; the owner copies it out into the buffer
-``Log.append`` stamps and writes (the copy it would make of received bytes
-anyway).  The socket, the channel's framing and the codec never carry the
-payload.
+channel instead of the bytes; the owner appends straight from the slot (its
+``write()`` is the only copy out).  The socket, the channel's framing and the
+codec never carry the payload.
 
 Region w is written only by worker w (single writer), as a ring of slots:
 ``[token][size][payload]`` padded to 8 bytes.  A slot is live from ``put``
 until the sender learns the owner is done with it (its answer arrived, or
 its channel closed), then ``release``d; space is reused oldest first, and an
 empty ring starts over at the region's start, so a lightly used region
-touches only its first pages.
+touches only its first pages.  The owner only reads a slot, never writes it:
+what an append stamps (offsets, epoch) goes into a private copy of the
+batch's head.
 
 Why a reference can be trusted: a slot is never rewritten while live, and a
 worker that dies and restarts bumps its region's incarnation (the region's
-first word) before it writes anything.  The owner reads the incarnation and
-the slot's token, copies, and reads both again: a copy is kept only when all
-four match the reference, so a slot rewritten by a restarted sender (or a
-reference that is simply wrong) is refused, never appended torn.  This relies
-on x86-64 keeping one process's stores in order, as the partition table does.
+first word) before it writes anything.  Every rewrite of a slot first clears
+its token.  So the owner reads the incarnation and the slot's token
+(``view``), reads the payload, and reads both again (``unchanged``): what it
+read is kept only when all four match the reference, so a slot rewritten by
+a restarted sender (or a reference that is simply wrong) is refused, never
+appended torn.  The log checks ``unchanged`` after its write and before
+anyone may read what it wrote, and undoes the write when it fails.  This
+relies on x86-64 keeping one process's stores in order, as the partition
+table does.
 """
 
 from __future__ import annotations
@@ -139,9 +144,11 @@ class ArenaReceiver:
         self.region_bytes = arena.region_bytes
         self._view = memoryview(arena.memory)
 
-    def take(self, ref: ArenaRef) -> bytearray:
-        """A private copy of the payload ``ref`` names; RefusedPayload when the slot was rewritten
-        (its sender restarted) or the reference is not one."""
+    def view(self, ref: ArenaRef) -> memoryview:
+        """The payload ``ref`` names, where it lies in shared memory (no copy);
+        RefusedPayload when the slot was rewritten (its sender restarted) or the
+        reference is not one.  What is read through it counts only once
+        ``unchanged(ref)`` says so afterwards; it is never written to."""
         worker, offset, size, token = ref
         if not 0 <= worker < self.workers or offset < 0 or size < 0 or offset % 8:
             raise RefusedPayload(f"no such slot: {ref}")
@@ -150,11 +157,17 @@ class ArenaReceiver:
         end = at + _SLOT_HEAD.size + size
         if end > base + self.region_bytes:
             raise RefusedPayload(f"no such slot: {ref}")
-        incarnation = token >> _TOKEN_BITS
-        memory = self.memory
-        if _WORD.unpack_from(memory, base)[0] != incarnation or _SLOT_HEAD.unpack_from(memory, at) != (token, size):
+        if not self._holds(base, at, token, size):
             raise RefusedPayload(f"slot {offset} of worker {worker} was rewritten")
-        payload = bytearray(self._view[at + _SLOT_HEAD.size:end])
-        if _SLOT_HEAD.unpack_from(memory, at) != (token, size) or _WORD.unpack_from(memory, base)[0] != incarnation:
-            raise RefusedPayload(f"slot {offset} of worker {worker} was rewritten while read")
-        return payload
+        return self._view[at + _SLOT_HEAD.size:end]
+
+    def unchanged(self, ref: ArenaRef) -> bool:
+        """Whether ``ref``'s slot still holds what ``view`` found there: true
+        means everything read through the view since was the payload, whole."""
+        base = ref.worker * self.region_bytes
+        return self._holds(base, base + _HEADER + ref.offset, ref.token, ref.size)
+
+    def _holds(self, base: int, at: int, token: int, size: int) -> bool:
+        memory = self.memory
+        return (_WORD.unpack_from(memory, base)[0] == token >> _TOKEN_BITS
+                and _SLOT_HEAD.unpack_from(memory, at) == (token, size))

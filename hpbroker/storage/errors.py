@@ -59,6 +59,12 @@ class InvalidTxnStateError(StorageError):
     error_code = ErrorCode.invalid_txn_state
 
 
+class SourceChangedError(OSError):
+    """What a write read changed under it: records in another worker's memory
+    (the payload arena), rewritten by a successor of their sender.  An OSError,
+    so the write is undone as one that failed on the disk is."""
+
+
 class KafkaStorageError(StorageError):
     """The disk failed under a write (full, read-only, I/O error); nothing was appended."""
 

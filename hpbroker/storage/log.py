@@ -87,6 +87,7 @@ _BASE_OFFSET = struct.Struct(">q")
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 _LEADER_EPOCH = struct.Struct(">i")
+_STAMPED = layout.MAGIC  # an append rewrites the base offset and the partition leader epoch, all before magic
 _NOT_PLAIN = CONTROL_BIT | TRANSACTIONAL_BIT  # batches the one-batch path leaves to the scanned one
 _FEW_BATCHES = 8  # a follower's response of more batches is scanned: the scan's setup is then worth it
 
@@ -324,7 +325,7 @@ class Log:
     # --- appending -----------------------------------------------------------
     def append(
         self, records, *, leader_epoch: int = 0, timestamp_ms: int | None = None, write: bool = True,
-        origin: str = ORIGIN_CLIENT, group_commit: bool = False
+        origin: str = ORIGIN_CLIENT, group_commit: bool = False, unchanged: Callable[[], bool] | None = None
     ) -> AppendInfo:
         """Assign offsets to one or more v2 batches and add them to the log.
 
@@ -342,6 +343,15 @@ class Log:
         rather than copied, since a network layer receives into one anyway; it
         must stay untouched until the batches are written.
 
+        With ``unchanged`` the records lie in memory another worker owns and
+        rewrites once it stops waiting for this append (the payload arena).
+        They are read where they lie and never written to: the usual single
+        batch is written from there, what the append stamps going into a
+        private copy of its head; any other append works on a private copy.
+        ``unchanged()`` is asked after the write and before the new end is
+        published; false (the sender restarted meanwhile) undoes the write and
+        raises KafkaStorageError, nothing appended.
+
         Batches with a producer id are checked against the producer state: a
         retry of one already in the log appends nothing and answers its
         original offsets (``batches == 0``); a sequence gap raises
@@ -357,8 +367,17 @@ class Log:
         """
         if origin not in _ORIGINS:
             raise ValueError(f"unknown append origin {origin!r}")
+        fast = timestamp_ms is None and not self._one_batch_needs_more
+        if unchanged is not None:
+            if fast:
+                appended = self._append_one(records, leader_epoch, write, group_commit, unchanged)
+                if appended is not None:
+                    return appended
+            # the check after the write covers this copy too
+            return self._append_scanned(bytearray(records), leader_epoch, timestamp_ms, write, origin, group_commit,
+                                        unchanged)
         buf = records if _writable(records) else bytearray(records)
-        if timestamp_ms is None and not self._one_batch_needs_more:
+        if fast:
             appended = self._append_one(buf, leader_epoch, write, group_commit)
             if appended is not None:
                 return appended
@@ -371,13 +390,15 @@ class Log:
         config = self.config
         return config.compact or config.target_codec is not None or config.log_append_time
 
-    def _append_one(self, buf, leader_epoch: int, write: bool, group_commit: bool) -> AppendInfo | None:
+    def _append_one(self, buf, leader_epoch: int, write: bool, group_commit: bool,
+                    unchanged: Callable[[], bool] | None = None) -> AppendInfo | None:
         """The usual produce, in scalars: one whole v2 data batch, plain or
         idempotent (not transactional), valid in every way ``_append_scanned``
         checks and, for a producer's, next in its sequence.  None for anything
         else (a retry, a gap, a fenced epoch too), which ``_append_scanned``
         then appends, answers or refuses with its error; a property test holds
-        the two to the same result."""
+        the two to the same result.  With ``unchanged`` (see ``append``) ``buf``
+        is not written to: the stamps go into a copy of its head."""
         size = len(buf)
         if size < layout.BATCH_HEADER_SIZE:
             return None
@@ -394,16 +415,19 @@ class Log:
             return None
         first = self._log_end_offset
         last = first + last_delta
-        _BASE_OFFSET.pack_into(buf, 0, first)
-        _LEADER_EPOCH.pack_into(buf, layout.PARTITION_LEADER_EPOCH, leader_epoch)
+        head = None if unchanged is None else bytearray(memoryview(buf)[:_STAMPED])
+        stamped = buf if head is None else head
+        _BASE_OFFSET.pack_into(stamped, 0, first)
+        _LEADER_EPOCH.pack_into(stamped, layout.PARTITION_LEADER_EPOCH, leader_epoch)
         self._add_one(buf, first, last, max_timestamp, leader_epoch,
                       (producer_id, producer_epoch, base_sequence, attributes) if idempotent else None, write=write,
-                      group_commit=group_commit)
+                      group_commit=group_commit, head=head, unchanged=unchanged)
         return AppendInfo(first_offset=first, last_offset=last, max_timestamp=max_timestamp, log_append_time=-1,
                           batches=1, records=count, size=size)
 
     def _append_scanned(self, buf, leader_epoch: int, timestamp_ms: int | None, write: bool,
-                        origin: str, group_commit: bool = False) -> AppendInfo:
+                        origin: str, group_commit: bool = False,
+                        unchanged: Callable[[], bool] | None = None) -> AppendInfo:
         """``append`` for any request: every batch scanned, checked and stamped by the kernels."""
         scan = scan_batches(np.frombuffer(buf, np.uint8))
         idempotent = append_validation.validate(scan, len(buf), self.config, self._name,
@@ -441,7 +465,7 @@ class Log:
                 batch_format.set_log_append_time(buf, pos, append_time)
         # the whole request is of one epoch: its first batch starts it if new
         self._add_batches(buf, scan, bases, last_offsets, max_timestamps, [(leader_epoch, int(bases[0]))],
-                          producers=idempotent, write=write, group_commit=group_commit)
+                          producers=idempotent, write=write, group_commit=group_commit, unchanged=unchanged)
         return AppendInfo(
             first_offset=int(bases[0]),
             last_offset=int(last_offsets[-1]),
@@ -453,7 +477,8 @@ class Log:
         )
 
     def _add_batches(self, buf, scan, first_offsets, last_offsets, max_timestamps, epoch_starts, *,
-                     producers: bool, write: bool, group_commit: bool = False) -> None:
+                     producers: bool, write: bool, group_commit: bool = False,
+                     unchanged: Callable[[], bool] | None = None) -> None:
         """The end both appends share, once every batch of ``buf`` is checked
         and carries its final offsets: roll if due, stage, record producers
         (``producers``: some batch has an id) and new leader epochs, advance
@@ -462,7 +487,8 @@ class Log:
         last_offset = int(last_offsets[-1])
         if self._should_roll(len(buf), int(max_timestamps.max()), last_offset, len(last_offsets)):
             self.roll()
-        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps, first_offsets)
+        self.active_segment.stage(buf, scan.position, scan.size, last_offsets, max_timestamps, first_offsets,
+                                  unchanged)
         if producers:  # otherwise there is nothing to record but the end offset, set below
             self.producer_state.update_batches(scan, first_offsets, last_offsets, max_timestamps)
         self._assign_epochs(epoch_starts)
@@ -494,12 +520,13 @@ class Log:
             self.active_segment.txn_index.append(txn)
 
     def _add_one(self, buf, first: int, last: int, max_timestamp: int, leader_epoch: int,
-                 producer: tuple[int, int, int, int] | None, *, write: bool, group_commit: bool = False) -> None:
+                 producer: tuple[int, int, int, int] | None, *, write: bool, group_commit: bool = False,
+                 head: bytearray | None = None, unchanged: Callable[[], bool] | None = None) -> None:
         """``_add_batches`` for a buffer of one batch, in scalars; ``producer``
         its (id, epoch, base sequence, attributes) when it has an id."""
         if self._should_roll(len(buf), max_timestamp, last, 1):
             self.roll()
-        self.active_segment.stage_one(buf, first, last, max_timestamp)
+        self.active_segment.stage_one(buf, first, last, max_timestamp, head=head, unchanged=unchanged)
         if producer is not None:
             producer_id, producer_epoch, base_sequence, attributes = producer
             self.producer_state.apply_batch(producer_id, producer_epoch, base_sequence, first, last, max_timestamp,

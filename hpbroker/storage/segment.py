@@ -20,6 +20,7 @@ everything that is derived (indexes, next offset, largest timestamp) from the
 import collections
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, cast
 
@@ -36,6 +37,7 @@ from hpbroker.kernels.batch_scan import (
 )
 from hpbroker.kernels.index_plan import plan_index_entries
 from hpbroker.storage import filenames, stats
+from hpbroker.storage.errors import SourceChangedError
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.offset_index import OffsetIndex
 from hpbroker.storage.recent_batches import NOT_COVERED, whole_batches
@@ -116,6 +118,7 @@ class LogSegment:
         self._state = _TailState(size=opened.st_size, next_offset=base_offset)
         self._staged = self._state.copy()
         self._pending: list = []
+        self._pending_checks: list[Callable[[], bool]] = []  # true while what was staged from others' memory holds
         self._pending_offset_entries: list[tuple[int, int]] = []
         self._pending_time_entries: list[tuple[int, int]] = []
         self._map = None
@@ -160,12 +163,14 @@ class LogSegment:
         )
 
     # --- appending ---------------------------------------------------------
-    def stage(self, data, positions, sizes, last_offsets, max_timestamps, first_offsets=None) -> None:
+    def stage(self, data, positions, sizes, last_offsets, max_timestamps, first_offsets=None,
+              unchanged: Callable[[], bool] | None = None) -> None:
         """Queue ``data`` (whole batches with offsets assigned) for the next ``write()``.
 
         ``positions`` are relative to ``data``; the other arrays are the batches'
         scan columns.  Nothing is visible to readers until ``write()``.  With
         ``first_offsets`` the batches join ``recent`` once written.
+        ``unchanged``: see ``stage_one``.
         """
         if len(positions) == 0:
             return
@@ -180,10 +185,19 @@ class LogSegment:
                     zip(first_offsets.tolist(), last_offsets.tolist(), positions.tolist(), sizes.tolist()))
         self._plan_entries(np.asarray(positions, np.int64) + start, sizes, last_offsets, max_timestamps)
         self._pending.append(memoryview(data))
+        if unchanged is not None:
+            self._pending_checks.append(unchanged)
         self._staged.size = start + len(data)
 
-    def stage_one(self, data, first_offset: int, last_offset: int, max_timestamp: int) -> None:
-        """``stage`` for a buffer holding exactly one batch, in scalars."""
+    def stage_one(self, data, first_offset: int, last_offset: int, max_timestamp: int, *,
+                  head: bytearray | None = None, unchanged: Callable[[], bool] | None = None) -> None:
+        """``stage`` for a buffer holding exactly one batch, in scalars.
+
+        ``head``: the batch's first bytes as they are to be written, in place
+        of ``data``'s (memory the log may read but not write: another
+        worker's).  ``unchanged``: asked once ``data`` is written and before
+        anything is published; false means ``data`` changed under the write,
+        which is then undone (``SourceChangedError``)."""
         start = self._staged.size
         size = len(data)
         self._pending_batches.append((first_offset, last_offset + 1, start, size))
@@ -192,7 +206,12 @@ class LogSegment:
             s.first_batch_timestamp = max_timestamp
         last_time = self._pending_time_entries[-1][0] if self._pending_time_entries else self.time_index.max_timestamp()
         self._plan_one(start, size, last_offset, max_timestamp, last_time)
-        self._pending.append(memoryview(data))
+        if head is None:
+            self._pending.append(memoryview(data))
+        else:
+            self._pending += (memoryview(head), memoryview(data)[len(head):])
+        if unchanged is not None:
+            self._pending_checks.append(unchanged)
         s.size = start + size
 
     def _plan_entries(self, positions, sizes, last_offsets, max_timestamps) -> None:
@@ -244,6 +263,9 @@ class LogSegment:
             return
         try:
             _write_all(self.fd, self._pending)
+            if self._pending_checks and not all(check() for check in self._pending_checks):
+                raise SourceChangedError("records were rewritten by the worker whose memory they were in "
+                                         "while they were written")
             self._publish_entries()
         except OSError:
             self._discard_staged()
@@ -273,6 +295,7 @@ class LogSegment:
 
     def _clear_pending(self) -> None:
         self._pending.clear()
+        self._pending_checks.clear()
         self._pending_batches.clear()
         self._pending_offset_entries.clear()
         self._pending_time_entries.clear()

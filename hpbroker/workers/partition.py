@@ -125,12 +125,13 @@ class Partition:
 
     # --- writing -----------------------------------------------------------------------
     def append(self, records, acks: int, min_insync: int, origin: str = ORIGIN_CLIENT,
-               group_commit: bool = False) -> AppendResult:
+               group_commit: bool = False, unchanged=None) -> AppendResult:
         """Produce: the batches appended at the next offsets (the caller checked
         ``leader_error``).  acks=all is refused before appending while fewer
         replicas are in sync than ``min_insync``, as Kafka does.  ``origin``
         is the log's: a coordinator's own writes (markers, transactional
-        offsets) are ``ORIGIN_COORDINATOR``.  ``group_commit``: see
+        offsets) are ``ORIGIN_COORDINATOR``.  ``group_commit`` and
+        ``unchanged`` (records in memory another worker owns): see
         ``Log.append``; the result says whether its fsync is still to come."""
         partition_log = self.log
         in_sync = self.isr_size()
@@ -140,7 +141,7 @@ class Partition:
                                         f"min.insync.replicas")
         try:
             info = partition_log.append(_as_v2(records), leader_epoch=self.leader_epoch, origin=origin,
-                                        group_commit=group_commit)
+                                        group_commit=group_commit, unchanged=unchanged)
         except CorruptRecordError as exc:  # a legacy message set that does not decode
             return self._rejected(ErrorCode.corrupt_message, exc)
         except StorageError as exc:

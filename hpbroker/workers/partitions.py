@@ -23,6 +23,7 @@ producer's pipelined requests, the first refused and the next out of sequence.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -68,6 +69,7 @@ from hpbroker.workers.purgatory import Purgatory
 from hpbroker.workers.topics import TopicRegistry
 
 if TYPE_CHECKING:
+    from hpbroker.shared.payload_arena import ArenaReceiver
     from hpbroker.workers.cluster_topics import ClusterTopics
 
 log = logging.getLogger(__name__)
@@ -76,9 +78,10 @@ _flush_failures = Throttled(log)  # a failing disk fails every group commit unti
 
 class Partitions:
     def __init__(self, logs: LogManager, topics: TopicRegistry | ClusterTopics, *, replicas=None,
-                 purgatory: Purgatory | None = None, publisher=UNPUBLISHED):
+                 purgatory: Purgatory | None = None, publisher=UNPUBLISHED, payloads: ArenaReceiver | None = None):
         self.logs = logs
         self.topics = topics
+        self.payloads = payloads  # another worker's produce names its records in the payload arena
         self.purgatory = purgatory or Purgatory()
         self.publisher = publisher  # the shared partition table (cluster mode: the ReplicaManager's too)
         # cluster mode: the ReplicaManager, which gives the partitions assigned here their roles
@@ -188,13 +191,18 @@ class Partitions:
         if isinstance(found, ErrorCode):
             return AppendResult(found)
         records = call.records
+        unchanged = None
+        if call.payload is not None and self.payloads is not None:
+            # a view of the sender's slot (peers.py): the log writes it as it lies there, and
+            # checks the slot still holds it before anyone may read what was written
+            unchanged = functools.partial(self.payloads.unchanged, call.payload)
         if first_is_transactional(records):
             unverified = _txn_guard(found, records, call.verified)
             if unverified is not None:
                 return unverified
         return self._appended(found, found.append(records, call.acks,
                                                   self.topics.config_for(call.topic).min_insync_replicas,
-                                                  group_commit=group_commit), call.acks)
+                                                  group_commit=group_commit, unchanged=unchanged), call.acks)
 
     def append_local(self, topic: str, partition: int, records) -> AppendResult:
         """A coordinator's own write to a partition this worker owns (its

@@ -7,9 +7,9 @@ after a restart.  A frame is a 4-byte length and one message of
 ``owner_calls``' codec: ``(call id, call)`` one way, ``(call id, result)`` back.
 An ``Append``'s records do not travel in the frame: the sender puts them in
 its region of the payload arena (``shared/payload_arena.py``) and sends the
-reference; the owner copies them out as it decodes the frame, and the sender
-frees the slot when the answer comes back (or the channel closes: the owner
-is gone).  A payload that finds no slot goes inline, as before.
+reference; the owner appends straight from the slot, and the sender frees it
+when the answer comes back (or the channel closes: the owner is gone).  A
+payload that finds no slot goes inline, as before.
 Only the declared call types decode; anything else is answered ``Failed``
 when its call id can be read, logged and dropped otherwise, and never ends
 the channel.  Calls are answered concurrently and may complete out of order,
@@ -84,7 +84,10 @@ def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef],
 
 
 def _by_value(call, arena: ArenaReceiver):
-    """``call`` with the records its references name copied out of the arena (RefusedPayload)."""
+    """``call`` with the records its references name as views of the arena
+    (RefusedPayload when a slot no longer holds them): the owner appends
+    straight from there, checking the slot again once written
+    (``Partitions.append``)."""
     if isinstance(call, Append):
         return _append_by_value(call, arena)
     if isinstance(call, Batch) and any(isinstance(c, Append) and c.payload is not None for c in call.calls):
@@ -95,8 +98,8 @@ def _by_value(call, arena: ArenaReceiver):
 def _append_by_value(call: Append, arena: ArenaReceiver) -> Append:
     if call.payload is None:
         return call
-    # a private bytearray: Log.append stamps it in place instead of copying it again
-    return Append(call.topic, call.partition, cast(bytes, arena.take(call.payload)), call.acks,
+    # the reference stays: the owner's log checks it after writing what it named
+    return Append(call.topic, call.partition, cast(bytes, arena.view(call.payload)), call.acks, call.payload,
                   verified=call.verified)
 
 
@@ -201,7 +204,7 @@ class _Serving(_Channel):
         try:
             call_id, call = owner_calls.decode_call(frame)
             if self.arena is not None:
-                call = _by_value(call, self.arena)  # now, while the sender holds the slots
+                call = _by_value(call, self.arena)  # a slot its sender no longer holds is refused now
         except ChannelError as exc:
             log.error("peer call refused: %s", exc)
             if exc.call_id is not None:
@@ -276,7 +279,7 @@ class _Connection(_Channel):
                 if exc.call_id is None:
                     continue
                 call_id, result = exc.call_id, Failed(ErrorCode.unknown_server_error, str(exc))
-            self.release(call_id)  # answered: the owner copied its payloads long ago
+            self.release(call_id)  # answered: the owner is done with its payloads
             future = self.pending.pop(call_id, None)
             if future is not None and not future.done():
                 future.set_result(result)

@@ -98,7 +98,9 @@ class Worker:
             self.peer_states = PeerStates(cfg.broker_id, on_change=self._on_peer_states)
             self.replicas = ReplicaManager(self._replica_settings(), self.index, self.workers, self.logs, self.link,
                                            current_image=self._current_image, publisher=self.publisher)
-        self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas, publisher=self.publisher)
+        self.payloads = self.memory.payloads.receiver()  # other workers' records, appended from where they lie
+        self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas, publisher=self.publisher,
+                                     payloads=self.payloads)
         in_cluster = self.replicas is not None
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
@@ -187,7 +189,7 @@ class Worker:
             loop.add_signal_handler(sig, self.stopping.set)
         self.partitions.group_flushes_on(loop)  # a turn's flush.messages fsyncs shared
         self.peers = PeerClient(self.broker_tag, self.memory.payloads.sender(self.index), observe.peer_payload)
-        self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.memory.payloads.receiver())
+        self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.payloads)
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
