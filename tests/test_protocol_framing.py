@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from hpbroker.protocol import FrameReader, FrameTooLarge, frame
 from hpbroker.protocol.framing import LargeFrameBuffers
+from hpbroker.shared.payload_arena import PayloadArena
 
 SCRATCH = 4096  # a small scratch, so that modest frames take the large-frame path too
 
@@ -180,6 +181,26 @@ def test_large_frame_buffers_keep_at_most_their_bound_and_a_larger_frame_gets_it
     one = LargeFrameBuffers(keep_buffers=1)
     held = [one.take(2**17), one.take(2**17)]
     assert one.kept_bytes == 2**17
+
+
+def test_shared_large_frame_buffers_come_from_their_place_and_are_renewed_for_every_frame():
+    arena = PayloadArena(1, 64 + 4096, 2 * (16 + 2**17))
+    sender = arena.sender(0)
+    buffers = LargeFrameBuffers(keep_bytes=2**19, largest=2**17)
+    buffers.share(sender)
+    first = buffers.take(100_000)
+    first[:3] = b"abc"
+    ref = sender.reference(first[:3])
+    assert ref is not None and bytes(arena.receiver().view(ref)) == b"abc", "carved from the arena"
+    sender.release(ref)
+    kept = id(first.obj)
+    del first
+    gc.collect()
+    again = buffers.take(90_000)
+    assert id(again.obj) == kept
+    assert not arena.receiver().unchanged(ref), "a new frame in the buffer: a new token"
+    held = [again, buffers.take(2**17), buffers.take(2**17)]  # the area holds two: the third is private
+    assert sender.reference(held[1][:10]) is not None and sender.reference(held[2][:10]) is None
 
 
 def test_a_reader_reuses_the_buffer_of_a_large_frame_it_no_longer_hands_out():

@@ -115,11 +115,11 @@ def test_a_worker_forked_later_reads_what_another_wrote():
             got = take(arena, ref)
             back = arena.sender(1).put(bytes(got).upper())
             assert back is not None
-            os.write(writer, struct.pack("<4q", *back))
+            os.write(writer, struct.pack("<5q", *back))
         finally:
             os._exit(0)
     os.close(writer)
-    back = ArenaRef(*struct.unpack("<4q", os.read(reader, 32)))
+    back = ArenaRef(*struct.unpack("<5q", os.read(reader, 40)))
     os.close(reader)
     os.waitpid(pid, 0)
     assert take(arena, back) == b"FROM THE PARENT"
@@ -155,3 +155,79 @@ def test_no_reader_ever_keeps_a_payload_rewritten_under_it():
     finally:
         writer.kill()
         writer.join()
+
+
+# --- payloads inside frames received into the region ------------------------------------------
+FRAMES = 4 * (16 + 8192)  # room for four 8 KiB frame buffers with their heads
+
+
+def test_a_payload_inside_a_received_frame_goes_by_reference_where_it_lies():
+    arena = PayloadArena(2, REGION, FRAMES)
+    sender = arena.sender(1)
+    buffer = sender.carve(8192)
+    assert buffer is not None
+    sender.renew(buffer)  # a frame is about to land in it
+    frame = memoryview(buffer.data)[:3000]
+    frame[:] = bytes(range(256)) * 11 + bytes(184)
+    records = frame[100:2100]  # a partition's records inside the request
+    ref = sender.reference(records)
+    assert ref is not None and ref.head >= 0 and (ref.worker, ref.size) == (1, 2000)
+    assert sender.live == 1, "held until its owner answers"
+    receiver = arena.receiver()
+    view = receiver.view(ref)
+    assert view == records and view.obj is arena.memory
+    assert receiver.unchanged(ref)
+    sender.release(ref)
+    assert sender.live == 0
+    sender.renew(buffer)  # the next frame: the token moves before any byte does
+    assert not receiver.unchanged(ref)
+    with pytest.raises(RefusedPayload, match="rewritten"):
+        receiver.view(ref)
+
+
+def test_only_payloads_in_the_senders_frame_buffers_go_by_reference():
+    arena = PayloadArena(2, REGION, FRAMES)
+    sender, other = arena.sender(0), arena.sender(1)
+    theirs = other.carve(8192)
+    assert theirs is not None
+    assert sender.reference(memoryview(bytearray(100))) is None, "private memory: copied into a slot"
+    assert sender.reference(memoryview(theirs.data)[:100]) is None, "another worker's frame"
+    assert sender.reference(b"bytes") is None
+    ours = sender.carve(8192)
+    assert ours is not None
+    assert sender.reference(memoryview(ours.data)[:100].toreadonly()) is None
+    assert sender.reference(memoryview(ours.data)[:0]) is None
+
+
+def test_frame_buffers_are_carved_until_the_area_is_used_up():
+    sender = PayloadArena(1, REGION, FRAMES).sender(0)
+    carved = [sender.carve(8192) for _ in range(5)]
+    assert all(b is not None for b in carved[:4]) and carved[4] is None
+    assert sender.carve(16) is None
+
+
+def test_a_restarted_sender_refuses_every_frame_reference_of_its_predecessor():
+    arena = PayloadArena(1, REGION, FRAMES)
+    sender = arena.sender(0)
+    buffer = sender.carve(8192)
+    assert buffer is not None
+    sender.renew(buffer)
+    ref = sender.reference(memoryview(buffer.data)[:10])
+    assert ref is not None
+    arena.sender(0)  # restarted: the bytes are still there
+    with pytest.raises(RefusedPayload):
+        arena.receiver().view(ref)
+
+
+@pytest.mark.parametrize("change", [dict(head=8), dict(head=16), dict(offset=0), dict(size=8192)],
+                         ids=["unaligned head", "head in the ring", "before its buffer", "past its buffer"])
+def test_a_frame_reference_to_no_payload_is_refused(change):
+    arena = PayloadArena(1, REGION, FRAMES)
+    sender = arena.sender(0)
+    buffer = sender.carve(8192)
+    assert buffer is not None
+    sender.renew(buffer)
+    ref = sender.reference(memoryview(buffer.data)[64:128])
+    assert ref is not None
+    with pytest.raises(RefusedPayload):
+        arena.receiver().view(ref._replace(**change))

@@ -435,17 +435,19 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
                                                                        max_message_bytes):
     """Whatever a request's one batch is, valid or not, ``append`` (which tries
     its one-batch path first) and the scanned path every request can take
-    leave the same log behind and answer the same, down to each error.  An
+    leave the same log behind and answer the same, down to each error; so
+    does ``append`` from memory it may not write (another worker's).  An
     idempotent producer's batches come next in its sequence, again (a retry),
     or past a gap."""
     config = LogConfig(segment_bytes=segment_bytes, max_message_bytes=max_message_bytes, index_interval_bytes=300)
     fast = Log.open(str(tmp_path_factory.mktemp("fast") / "t-0"), "t", 0, config)
     scanned = Log.open(str(tmp_path_factory.mktemp("scanned") / "t-0"), "t", 0, config)
+    shared = Log.open(str(tmp_path_factory.mktemp("shared") / "t-0"), "t", 0, config)
     taken, expected = [], []
     one_batch = fast._append_one
 
-    def spied(buf, leader_epoch, write, group_commit):
-        info = one_batch(buf, leader_epoch, write, group_commit)
+    def spied(buf, leader_epoch, write, group_commit, unchanged=None):
+        info = one_batch(buf, leader_epoch, write, group_commit, unchanged)
         taken.append(info is not None)
         return info
     fast._append_one = spied  # the instance's: which appends took the one-batch path
@@ -464,8 +466,11 @@ def test_a_batch_appended_alone_takes_the_same_way_as_the_scanned_path(tmp_path_
             last_seq, next_seq = seq, seq + count
         a = _outcome(fast, lambda buf, e: fast.append(buf, leader_epoch=e), data, epoch)
         b = _outcome(scanned, lambda buf, e: scanned._append_scanned(buf, e, None, True, "client"), data, epoch)
-        assert a == b, (i, spoil)
-    assert _state(fast) == _state(scanned)
+        source = bytes(data)  # read-only: a stamp in place would raise
+        c = _outcome(shared, lambda _, e: shared.append(memoryview(source), leader_epoch=e, unchanged=lambda: True),
+                     data, epoch)
+        assert a == b == c, (i, spoil)
+    assert _state(fast) == _state(scanned) == _state(shared)
     assert taken == expected, "every valid plain batch, and only those, took the one-batch path"
 
 

@@ -19,7 +19,9 @@ given to a later frame once no view of them is left. A new buffer's pages
 are fresh to the kernel, and on a virtual machine whose free memory goes
 back to the host, fresh to the host too: every 4 KiB of a megabyte produce
 request was a page fault inside ``recv``. A kept buffer's pages are already
-there.
+there. In a worker the buffers are carved from its region of the payload
+arena (``share``), so records for another worker's partition are handed
+over by reference where they were received, not copied.
 
 A size that is negative or above ``socket.request.max.bytes`` (Kafka default
 104857600) raises ``FrameTooLarge``: the stream cannot be resynchronised, so the
@@ -36,6 +38,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
+from typing import Protocol
 
 import numpy
 
@@ -72,6 +75,17 @@ class LargeFrameBuffers:
         self._kept: list[numpy.ndarray] = []
         self._lock = threading.Lock()  # FrameReaders of several threads (a loop each) may share it
         self._free_refs = next(_with_refs([numpy.empty(1, numpy.uint8)]))[1]
+        self._place: BufferPlace | None = None
+
+    def share(self, place: BufferPlace) -> None:
+        """Carve the buffers made from now on from ``place`` (a worker's region
+        of the payload arena), and tell it whenever one takes a new frame."""
+        self._place = place
+
+    @property
+    def area_bytes(self) -> int:
+        """What a place must hold for every buffer this keeps: each its own head too."""
+        return self.keep_bytes + self.keep_buffers * 32
 
     @property
     def kept_bytes(self) -> int:
@@ -82,15 +96,29 @@ class LargeFrameBuffers:
         if size <= self.largest:
             capacity = max(1 << (size - 1).bit_length(), SCRATCH_BYTES)
             with self._lock:
+                place = self._place
                 for buffer, refs in _with_refs(self._kept):  # smallest first
                     if refs == self._free_refs and buffer.nbytes >= capacity:
+                        if place is not None:
+                            place.renew(buffer)
                         return memoryview(buffer.data)[:size]
                 if len(self._kept) < self.keep_buffers and self.kept_bytes + capacity <= self.keep_bytes:
-                    buffer = numpy.empty(capacity, numpy.uint8)
+                    carved = None if place is None else place.carve(capacity)
+                    buffer = numpy.empty(capacity, numpy.uint8) if carved is None else carved
                     self._kept.append(buffer)
                     self._kept.sort(key=lambda a: a.nbytes)
+                    if place is not None:
+                        place.renew(buffer)
                     return memoryview(buffer.data)[:size]
         return memoryview(numpy.empty(size, numpy.uint8).data)  # one of its own, freed with the frame
+
+
+class BufferPlace(Protocol):
+    """Where a worker's frame buffers live (``ArenaSender``)."""
+
+    def carve(self, capacity: int) -> numpy.ndarray | None: ...
+
+    def renew(self, buffer: numpy.ndarray) -> None: ...
 
 
 def _with_refs(buffers: list[numpy.ndarray]):

@@ -60,8 +60,9 @@ BYTES_IN = Counter("hpbroker_topic_bytes_in", "Record batch bytes appended", ["t
 RECORDS_IN = Counter("hpbroker_topic_records_in", "Records appended", ["topic"])
 BYTES_OUT = Counter("hpbroker_topic_bytes_out", "Record batch bytes sent to fetchers", ["topic"])
 PEER_PAYLOAD_BYTES = Counter("hpbroker_peer_payload_bytes",
-                             "Record bytes sent to the worker owning their partition, by path: the shared-memory "
-                             "arena, or inline in the peer channel (no free slot)", ["path"])
+                             "Record bytes sent to the worker owning their partition, by path: by reference to "
+                             "where a large request was received (received), copied into a slot of the "
+                             "shared-memory arena (arena), or inline in the peer channel (no free slot)", ["path"])
 CONNECTIONS = Gauge("hpbroker_connections", "Open client connections", multiprocess_mode="livesum")
 LOG_END_OFFSET = Gauge("hpbroker_log_end_offset", "A partition's log end offset",
                        ["topic", "partition"], multiprocess_mode="livemax")

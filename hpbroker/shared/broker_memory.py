@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.shared.cluster_board import ClusterBoard
 from hpbroker.shared.counters import WriterCounters
 from hpbroker.shared.partition_table import PartitionTable
@@ -17,10 +18,11 @@ PARTITION_SLOTS = 8192  # per worker: 8192 entries of 88 bytes, 704 KiB, touched
 class BrokerMemory:
     partitions: PartitionTable
     topic_changes: WriterCounters  # one slot per worker: bumped after it changed the topics on disk
-    payloads: PayloadArena  # records on their way to the worker owning their partition
+    payloads: PayloadArena  # records on their way to the worker owning their partition, and large frames
     board: ClusterBoard | None = None  # cluster mode: the cluster image and the session, from the acceptor
 
     @classmethod
     def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS, cluster: bool = False) -> BrokerMemory:
-        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers), PayloadArena(workers),
+        return cls(PartitionTable(workers, partition_slots), WriterCounters(workers),
+                   PayloadArena(workers, frame_bytes=LARGE_FRAMES.area_bytes),
                    ClusterBoard(workers) if cluster else None)

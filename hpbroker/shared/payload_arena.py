@@ -29,38 +29,53 @@ table does.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import ctypes
 import struct
 from typing import NamedTuple
 
+import numpy
+
 from hpbroker.shared.region import anonymous
 
-REGION_BYTES = 16 << 20  # per worker; pages touched only as used
+REGION_BYTES = 16 << 20  # per worker, the ring; pages touched only as used
 _HEADER = 64  # the incarnation word, then padding to a cache line
 _WORD = struct.Struct("<q")
 _SLOT_HEAD = struct.Struct("<qq")  # token, size
+_FRAME_HEAD = struct.Struct("<qq")  # token, capacity: before each buffer of received frames
 _TOKEN_BITS = 40  # a token is (incarnation << 40) | the slot's number in this incarnation
 
 
 class ArenaRef(NamedTuple):
     """Where a payload is: the sender's region, the slot's offset in it, the
-    payload's size, and the token that slot was written with."""
+    payload's size, and the token that slot was written with.  With ``head``
+    the payload lies inside a frame the sender received into its frame
+    buffers: ``offset`` is then the payload's own, and ``head`` that of its
+    buffer's head, which holds the token."""
     worker: int
     offset: int
     size: int
     token: int
+    head: int = -1
 
 
 class PayloadArena:
     """Made by the acceptor before its first fork; a worker takes ``sender(its index)``
-    and ``receiver()``."""
+    and ``receiver()``.  Each worker's region is its ring (``region_bytes``,
+    with the incarnation word) followed by ``frame_bytes`` for the buffers
+    its large received frames land in (``ArenaSender.carve``)."""
 
-    def __init__(self, workers: int, region_bytes: int = REGION_BYTES):
-        if region_bytes % 8 or region_bytes <= _HEADER:
-            raise ValueError(f"region_bytes must be a multiple of 8 above {_HEADER}, got {region_bytes}")
+    def __init__(self, workers: int, region_bytes: int = REGION_BYTES, frame_bytes: int = 0):
+        if region_bytes % 16 or region_bytes <= _HEADER:
+            raise ValueError(f"region_bytes must be a multiple of 16 above {_HEADER}, got {region_bytes}")
+        if frame_bytes % 16 or frame_bytes < 0:
+            raise ValueError(f"frame_bytes must be a multiple of 16, got {frame_bytes}")
         self.workers = workers
         self.region_bytes = region_bytes
-        self.memory = anonymous(workers * region_bytes)
+        self.frame_bytes = frame_bytes
+        self.stride = region_bytes + frame_bytes  # from one worker's region to the next
+        self.memory = anonymous(workers * self.stride)
 
     def sender(self, worker: int) -> ArenaSender:
         return ArenaSender(self, worker)
@@ -75,12 +90,20 @@ class ArenaSender:
     def __init__(self, arena: PayloadArena, worker: int):
         self.memory = arena.memory
         self.worker = worker
-        self.base = worker * arena.region_bytes
+        self.base = worker * arena.stride
         self.capacity = arena.region_bytes - _HEADER
         self.largest = self.capacity // 4  # a larger payload goes inline: one batch must not starve the rest
         self._data = self.base + _HEADER  # where slot offsets count from
         self._ring: collections.deque[list] = collections.deque()  # [start, end, live], oldest first
         self._slots: dict[int, list] = {}  # token -> its slot
+        # the frame buffers: carved once each, after the ring (offsets count from _data too)
+        self._carved = self.capacity  # where the next buffer's head goes
+        self._frames_end = self.capacity + arena.frame_bytes
+        self._heads: list[int] = []  # each carved buffer's head, ascending
+        self._capacities: list[int] = []
+        self._head_of: dict[int, int] = {}  # id(buffer) -> its head
+        self._pins: dict[tuple[int, int], list[memoryview]] = {}  # (token, offset) -> views its owner may read
+        self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.memory)) + self._data
         # a worker starting (maybe after its predecessor died with slots in flight):
         # a new incarnation first, so every earlier reference to this region fails
         incarnation = _WORD.unpack_from(self.memory, self.base)[0] + 1
@@ -89,7 +112,54 @@ class ArenaSender:
 
     @property
     def live(self) -> int:
-        return len(self._slots)
+        """Slots and frame payloads an owner may still read."""
+        return len(self._slots) + sum(len(views) for views in self._pins.values())
+
+    # --- frames received into the region ----------------------------------------------------
+    def carve(self, capacity: int) -> numpy.ndarray | None:
+        """A new buffer of ``capacity`` bytes for received frames (``LargeFrameBuffers``),
+        None when the frame area is used up.  Its memory is never given back: the
+        buffers are kept and ``renew``ed for every frame."""
+        head = self._carved
+        end = head + _FRAME_HEAD.size + capacity
+        if end > self._frames_end:
+            return None
+        self._carved = (end + 15) & ~15
+        self._heads.append(head)
+        self._capacities.append(capacity)
+        _FRAME_HEAD.pack_into(self.memory, self._data + head, 0, capacity)
+        buffer = numpy.frombuffer(self.memory, numpy.uint8, count=capacity,
+                                  offset=self._data + head + _FRAME_HEAD.size)
+        self._head_of[id(buffer)] = head
+        return buffer
+
+    def renew(self, buffer: numpy.ndarray) -> None:
+        """``buffer`` is about to receive a new frame: a new token, before any byte
+        of it changes, so every reference into the frame it held fails."""
+        head = self._head_of.get(id(buffer))
+        if head is not None:
+            _WORD.pack_into(self.memory, self._data + head, self._next_token)
+            self._next_token += 1
+
+    def reference(self, payload) -> ArenaRef | None:
+        """A reference to ``payload`` where it lies, when that is in a frame
+        buffer of this region (None otherwise: ``put`` copies it).  The payload
+        is held (its buffer not renewed) until the reference is released."""
+        if not self._heads or not isinstance(payload, memoryview) or payload.readonly or not payload.nbytes:
+            return None
+        try:
+            offset = ctypes.addressof(ctypes.c_char.from_buffer(payload)) - self._address
+        except (TypeError, ValueError):  # not one contiguous piece of bytes
+            return None
+        i = bisect.bisect_right(self._heads, offset) - 1
+        if i < 0:
+            return None
+        head, size = self._heads[i], payload.nbytes
+        if offset + size > head + _FRAME_HEAD.size + self._capacities[i] or offset < head + _FRAME_HEAD.size:
+            return None
+        token = _WORD.unpack_from(self.memory, self._data + head)[0]
+        self._pins.setdefault((token, offset), []).append(payload)
+        return ArenaRef(self.worker, offset, size, token, head)
 
     def put(self, payload) -> ArenaRef | None:
         """Copy ``payload`` into a free slot; None when it does not fit now (send it inline)."""
@@ -121,7 +191,14 @@ class ArenaSender:
         return ArenaRef(self.worker, start, size, token)
 
     def release(self, ref: ArenaRef) -> None:
-        """The owner is done with ``ref``'s slot (answered, or gone)."""
+        """The owner is done with ``ref``'s slot or frame payload (answered, or gone)."""
+        if ref.head >= 0:
+            views = self._pins.get((ref.token, ref.offset))
+            if views:
+                views.pop()
+                if not views:
+                    del self._pins[(ref.token, ref.offset)]
+            return
         slot = self._slots.pop(ref.token, None)
         if slot is None:
             return
@@ -136,38 +213,54 @@ class RefusedPayload(Exception):
 
 
 class ArenaReceiver:
-    """Any worker's side: payloads copied out of every region."""
+    """Any worker's side: payloads read where they lie in every region."""
 
     def __init__(self, arena: PayloadArena):
         self.memory = arena.memory
         self.workers = arena.workers
-        self.region_bytes = arena.region_bytes
+        self.stride = arena.stride
+        self.ring_bytes = arena.region_bytes - _HEADER  # where the frame buffers start, from a region's data
         self._view = memoryview(arena.memory)
 
     def view(self, ref: ArenaRef) -> memoryview:
         """The payload ``ref`` names, where it lies in shared memory (no copy);
-        RefusedPayload when the slot was rewritten (its sender restarted) or the
-        reference is not one.  What is read through it counts only once
-        ``unchanged(ref)`` says so afterwards; it is never written to."""
-        worker, offset, size, token = ref
-        if not 0 <= worker < self.workers or offset < 0 or size < 0 or offset % 8:
-            raise RefusedPayload(f"no such slot: {ref}")
-        base = worker * self.region_bytes
-        at = base + _HEADER + offset
-        end = at + _SLOT_HEAD.size + size
-        if end > base + self.region_bytes:
-            raise RefusedPayload(f"no such slot: {ref}")
-        if not self._holds(base, at, token, size):
-            raise RefusedPayload(f"slot {offset} of worker {worker} was rewritten")
-        return self._view[at + _SLOT_HEAD.size:end]
+        RefusedPayload when its slot or frame buffer was rewritten (its sender
+        restarted) or the reference is not one.  What is read through it counts
+        only once ``unchanged(ref)`` says so afterwards; it is never written to."""
+        worker, offset, size, token, head = ref
+        if not 0 <= worker < self.workers or offset < 0 or size < 0:
+            raise RefusedPayload(f"no such payload: {ref}")
+        base = worker * self.stride
+        data = base + _HEADER
+        if head < 0:  # a slot of the ring
+            at = data + offset + _SLOT_HEAD.size
+            if offset % 8 or at + size > data + self.ring_bytes:
+                raise RefusedPayload(f"no such slot: {ref}")
+            if not self._holds(ref):
+                raise RefusedPayload(f"slot {offset} of worker {worker} was rewritten")
+            return self._view[at:at + size]
+        at = data + offset
+        if head % 16 or head < self.ring_bytes or offset < head + _FRAME_HEAD.size or at + size > base + self.stride:
+            raise RefusedPayload(f"no such frame payload: {ref}")
+        capacity = _FRAME_HEAD.unpack_from(self.memory, data + head)[1]
+        if offset + size > head + _FRAME_HEAD.size + capacity:
+            raise RefusedPayload(f"no such frame payload: {ref}")
+        if not self._holds(ref):
+            raise RefusedPayload(f"the frame buffer at {head} of worker {worker} was rewritten")
+        return self._view[at:at + size]
 
     def unchanged(self, ref: ArenaRef) -> bool:
-        """Whether ``ref``'s slot still holds what ``view`` found there: true
-        means everything read through the view since was the payload, whole."""
-        base = ref.worker * self.region_bytes
-        return self._holds(base, base + _HEADER + ref.offset, ref.token, ref.size)
+        """Whether ``ref``'s slot or frame buffer still holds what ``view`` found
+        there: true means everything read through the view since was the
+        payload, whole."""
+        return self._holds(ref)
 
-    def _holds(self, base: int, at: int, token: int, size: int) -> bool:
+    def _holds(self, ref: ArenaRef) -> bool:
+        worker, offset, size, token, head = ref
         memory = self.memory
-        return (_WORD.unpack_from(memory, base)[0] == token >> _TOKEN_BITS
-                and _SLOT_HEAD.unpack_from(memory, at) == (token, size))
+        base = worker * self.stride
+        if _WORD.unpack_from(memory, base)[0] != token >> _TOKEN_BITS:
+            return False
+        if head < 0:
+            return _SLOT_HEAD.unpack_from(memory, base + _HEADER + offset) == (token, size)
+        return _WORD.unpack_from(memory, base + _HEADER + head)[0] == token

@@ -74,11 +74,17 @@ def _by_reference(call, arena: ArenaSender, refs: list[ArenaRef], counted: Calla
 def _append_by_reference(call: Append, arena: ArenaSender, refs: list[ArenaRef],
                          counted: Callable[[str, int], None]) -> Append:
     size = len(call.records)
-    ref = arena.put(call.records) if size else None
-    if ref is None:
-        counted("inline", size)
+    if not size:
         return call
-    counted("arena", size)
+    ref = arena.reference(call.records)  # where the connection received it, when that is in the arena
+    if ref is not None:
+        counted("received", size)
+    else:
+        ref = arena.put(call.records)  # a copy in a slot
+        if ref is None:
+            counted("inline", size)
+            return call
+        counted("arena", size)
     refs.append(ref)
     return Append(call.topic, call.partition, b"", call.acks, ref, call.verified)
 

@@ -18,6 +18,7 @@ from typing import cast
 
 from hpbroker.cluster.session_tracker import Session
 from hpbroker.cluster.shared_link import SharedLink
+from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
@@ -188,7 +189,9 @@ class Worker:
         for sig in (signal.SIGTERM,):
             loop.add_signal_handler(sig, self.stopping.set)
         self.partitions.group_flushes_on(loop)  # a turn's flush.messages fsyncs shared
-        self.peers = PeerClient(self.broker_tag, self.memory.payloads.sender(self.index), observe.peer_payload)
+        sender = self.memory.payloads.sender(self.index)
+        LARGE_FRAMES.share(sender)  # large requests land in the arena: records for a peer go by reference
+        self.peers = PeerClient(self.broker_tag, sender, observe.peer_payload)
         self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.payloads)
         await self.peer_server.start()
         listener = self.config.advertised

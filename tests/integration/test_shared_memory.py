@@ -135,16 +135,21 @@ def _value(i: int) -> bytes:
 
 def test_records_for_another_workers_partitions_arrive_whole_through_the_arena(broker_factory):
     """Both clients, compressed and not: every value read back as sent; the
-    bytes moved between workers went by reference, none inline."""
+    bytes moved between workers went by reference, none inline: large
+    requests' records where the connection received them, small ones copied
+    into a slot."""
     port = free_port()
     broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}"},
                             num_workers=2)
     topic = topic_name("shm-arena")
     sent = {i: _value(i) for i in range(400)}
+    sent.update({i: b"small %d" % i for i in range(400, 420)})  # requests small enough for the connection's scratch
     records = [{"key": b"%d" % i, "value": v, "partition": i % PARTITIONS} for i, v in sent.items()]
     lz4: dict = {"compression.type": "lz4"}
-    ck_produce(broker.bootstrap, topic, records[:200], **lz4)
-    kp_produce(broker.bootstrap, topic, records[200:], compression_type="gzip")
+    ck_produce(broker.bootstrap, topic, records[:100], **lz4)
+    ck_produce(broker.bootstrap, topic, records[100:200])  # uncompressed: requests far above the scratch
+    kp_produce(broker.bootstrap, topic, records[200:400], compression_type="gzip")
+    ck_produce(broker.bootstrap, topic, records[400:])
     got = ck_consume(broker.bootstrap, topic, range(PARTITIONS), len(sent), timeout=60)
     assert sorted((int(r.key or b"-1"), r.value) for r in got) == sorted(sent.items())
     again = kp_consume(broker.bootstrap, topic, range(PARTITIONS), len(sent), timeout=60)
@@ -154,6 +159,6 @@ def test_records_for_another_workers_partitions_arrive_whole_through_the_arena(b
     assert owners == {0, 1}, "some partitions are owned by the worker not holding a connection"
 
     def moved(samples: dict) -> bool:
-        return value(samples, "hpbroker_peer_payload_bytes_total", path="arena") > 0
+        return all(value(samples, "hpbroker_peer_payload_bytes_total", path=path) > 0 for path in ("arena", "received"))
     samples = wait_for(lambda: scrape_when(port, moved), timeout=30, what="arena bytes counted")
     assert value(samples, "hpbroker_peer_payload_bytes_total", path="inline") == 0
