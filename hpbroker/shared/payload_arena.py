@@ -29,7 +29,6 @@ table does.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import ctypes
 import struct
@@ -99,9 +98,7 @@ class ArenaSender:
         # the frame buffers: carved once each, after the ring (offsets count from _data too)
         self._carved = self.capacity  # where the next buffer's head goes
         self._frames_end = self.capacity + arena.frame_bytes
-        self._heads: list[int] = []  # each carved buffer's head, ascending
-        self._capacities: list[int] = []
-        self._head_of: dict[int, int] = {}  # id(buffer) -> its head
+        self._carved_buffers: dict[int, tuple[int, int]] = {}  # id(buffer) -> (its head, its capacity)
         self._pins: dict[tuple[int, int], list[memoryview]] = {}  # (token, offset) -> views its owner may read
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.memory)) + self._data
         # a worker starting (maybe after its predecessor died with slots in flight):
@@ -125,37 +122,35 @@ class ArenaSender:
         if end > self._frames_end:
             return None
         self._carved = (end + 15) & ~15
-        self._heads.append(head)
-        self._capacities.append(capacity)
         _FRAME_HEAD.pack_into(self.memory, self._data + head, 0, capacity)
         buffer = numpy.frombuffer(self.memory, numpy.uint8, count=capacity,
                                   offset=self._data + head + _FRAME_HEAD.size)
-        self._head_of[id(buffer)] = head
+        self._carved_buffers[id(buffer)] = (head, capacity)  # kept for good: the id stays its own
         return buffer
 
     def renew(self, buffer: numpy.ndarray) -> None:
         """``buffer`` is about to receive a new frame: a new token, before any byte
         of it changes, so every reference into the frame it held fails."""
-        head = self._head_of.get(id(buffer))
-        if head is not None:
-            _WORD.pack_into(self.memory, self._data + head, self._next_token)
+        carved = self._carved_buffers.get(id(buffer))
+        if carved is not None:
+            _WORD.pack_into(self.memory, self._data + carved[0], self._next_token)
             self._next_token += 1
 
     def reference(self, payload) -> ArenaRef | None:
         """A reference to ``payload`` where it lies, when that is in a frame
         buffer of this region (None otherwise: ``put`` copies it).  The payload
         is held (its buffer not renewed) until the reference is released."""
-        if not self._heads or not isinstance(payload, memoryview) or payload.readonly or not payload.nbytes:
+        if not isinstance(payload, memoryview) or payload.readonly or not payload.nbytes:
+            return None
+        carved = self._carved_buffers.get(id(payload.obj))  # a view's obj is the array it was cut from
+        if carved is None:
             return None
         try:
             offset = ctypes.addressof(ctypes.c_char.from_buffer(payload)) - self._address
         except (TypeError, ValueError):  # not one contiguous piece of bytes
             return None
-        i = bisect.bisect_right(self._heads, offset) - 1
-        if i < 0:
-            return None
-        head, size = self._heads[i], payload.nbytes
-        if offset + size > head + _FRAME_HEAD.size + self._capacities[i] or offset < head + _FRAME_HEAD.size:
+        (head, capacity), size = carved, payload.nbytes
+        if offset < head + _FRAME_HEAD.size or offset + size > head + _FRAME_HEAD.size + capacity:
             return None
         token = _WORD.unpack_from(self.memory, self._data + head)[0]
         self._pins.setdefault((token, offset), []).append(payload)
