@@ -47,18 +47,21 @@ def test_a_megabyte_for_another_worker(benchmark):
 
     def received():
         ref = sender.reference(records)
+        assert ref is not None
         view = receiver.view(ref)
         assert receiver.unchanged(ref) and len(view) == MiB
         sender.release(ref)
 
     def slot():
         ref = sender.put(private)
+        assert ref is not None
         view = receiver.view(ref)
         assert receiver.unchanged(ref) and len(view) == MiB
         sender.release(ref)
 
     def copied_both_ways():
         ref = sender.put(private)
+        assert ref is not None
         copy = bytearray(receiver.view(ref))
         assert receiver.unchanged(ref) and len(copy) == MiB
         sender.release(ref)
