@@ -1,9 +1,10 @@
 """Record payloads on their way from the worker holding a client's connection
 to the worker owning the partition: the sender copies the batch into its own
-region of shared memory and sends a reference (``ArenaRef``) over the peer
-channel instead of the bytes; the owner appends straight from the slot (its
-``write()`` is the only copy out).  The socket, the channel's framing and the
-codec never carry the payload.
+region of shared memory, or names it where it already is there (a large
+request is received into the region's frame buffers), and sends a reference
+(``ArenaRef``) over the peer channel instead of the bytes; the owner appends
+straight from there (its ``write()`` is the only copy out).  The socket, the
+channel's framing and the codec never carry the payload.
 
 Region w is written only by worker w (single writer), as a ring of slots:
 ``[token][size][payload]`` padded to 8 bytes.  A slot is live from ``put``
@@ -14,14 +15,21 @@ touches only its first pages.  The owner only reads a slot, never writes it:
 what an append stamps (offsets, epoch) goes into a private copy of the
 batch's head.
 
-Why a reference can be trusted: a slot is never rewritten while live, and a
-worker that dies and restarts bumps its region's incarnation (the region's
-first word) before it writes anything.  Every rewrite of a slot first clears
-its token.  So the owner reads the incarnation and the slot's token
-(``view``), reads the payload, and reads both again (``unchanged``): what it
-read is kept only when all four match the reference, so a slot rewritten by
-a restarted sender (or a reference that is simply wrong) is refused, never
-appended torn.  The log checks ``unchanged`` after its write and before
+Behind the ring, the region holds the buffers ``LargeFrameBuffers`` receives
+large frames into (``carve``): ``[token][capacity][frame]`` each, carved once
+and reused; the token is renewed (``renew``) before each new frame lands, and
+a buffer is not reused while a reference into it is out (``reference`` holds
+the view until ``release``).
+
+Why a reference can be trusted: a slot (or frame buffer) is never rewritten
+while live, and a worker that dies and restarts bumps its region's
+incarnation (the region's first word) before it writes anything.  Every
+rewrite of a slot first clears its token, as a buffer's first renews its.
+So the owner reads the incarnation and the token (``view``), reads the
+payload, and reads both again (``unchanged``): what it read is kept only
+when all four match the reference, so a payload rewritten by a restarted
+sender (or a reference that is simply wrong) is refused, never appended
+torn.  The log checks ``unchanged`` after its write and before
 anyone may read what it wrote, and undoes the write when it fails.  This
 relies on x86-64 keeping one process's stores in order, as the partition
 table does.
