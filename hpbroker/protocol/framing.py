@@ -83,11 +83,6 @@ class LargeFrameBuffers:
         self._place = place
 
     @property
-    def area_bytes(self) -> int:
-        """What a place must hold for every buffer this keeps: each its own head too."""
-        return self.keep_bytes + self.keep_buffers * 32
-
-    @property
     def kept_bytes(self) -> int:
         return sum(a.nbytes for a in self._kept)
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.shared.cluster_board import ClusterBoard
 from hpbroker.shared.counters import WriterCounters
 from hpbroker.shared.partition_table import PartitionTable
-from hpbroker.shared.payload_arena import PayloadArena
+from hpbroker.shared.payload_arena import FRAME_BYTES, PayloadArena
 
 PARTITION_SLOTS = 8192  # per worker: 8192 entries of 88 bytes, 704 KiB, touched only as used
 
@@ -24,5 +23,5 @@ class BrokerMemory:
     @classmethod
     def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS, cluster: bool = False) -> BrokerMemory:
         return cls(PartitionTable(workers, partition_slots), WriterCounters(workers),
-                   PayloadArena(workers, frame_bytes=LARGE_FRAMES.area_bytes),
+                   PayloadArena(workers, frame_bytes=FRAME_BYTES),
                    ClusterBoard(workers) if cluster else None)

@@ -47,6 +47,9 @@ import numpy
 from hpbroker.shared.region import anonymous
 
 REGION_BYTES = 16 << 20  # per worker, the ring; pages touched only as used
+# per worker, for its large frames' buffers: the 32 MiB a worker keeps of them
+# (protocol/framing.py) and their heads; a buffer that finds no room is private
+FRAME_BYTES = (32 << 20) + (64 << 10)
 _HEADER = 64  # the incarnation word, then padding to a cache line
 _WORD = struct.Struct("<q")
 _SLOT_HEAD = struct.Struct("<qq")  # token, size
