@@ -351,7 +351,7 @@ def test_calls_for_many_partitions_go_as_one_batch_per_owner():
 def test_append_payloads_travel_by_reference_and_their_slots_free_only_on_the_answer():
     async def scenario():
         tag = unique_tag()
-        arena = PayloadArena(2, 64 + (1 << 16))
+        arena = PayloadArena(2, 64 + (1 << 18))  # a payload of up to 64 KiB goes by reference
         seen: list[tuple[type, bytes, bool]] = []
         entered, gate = asyncio.Event(), asyncio.Event()
 
@@ -371,9 +371,8 @@ def test_append_payloads_travel_by_reference_and_their_slots_free_only_on_the_an
         try:
             cancelled = asyncio.ensure_future(client.call(1, Append("t", 0, b"r" * 500)))
             await asyncio.wait_for(entered.wait(), TIMEOUT_S)
-            # the frame carried only the reference; the owner reads the slot where it lies, and keeps the
-            # reference to check it again once it has written what it read
-            assert seen == [(memoryview, b"r" * 500, True)]
+            # the frame carried only the reference; a small payload the owner copies out at once
+            assert seen == [(bytearray, b"r" * 500, False)]
             assert sender.live == 1
             cancelled.cancel()  # the caller gave up; the owner may still be reading
             with pytest.raises(asyncio.CancelledError):
@@ -381,11 +380,14 @@ def test_append_payloads_travel_by_reference_and_their_slots_free_only_on_the_an
             assert sender.live == 1, "a slot is freed by its answer, not by its caller leaving"
             gate.set()
             batch_answer = await asyncio.wait_for(
-                client.call(1, owner_calls.Batch([Append("t", 1, b"a" * 100), Append("t", 2, b"b" * 20000)])),
+                client.call(1, owner_calls.Batch([Append("t", 1, b"a" * 100), Append("t", 2, b"b" * 20000),
+                                                  Append("t", 3, b"c" * 70000)])),
                 TIMEOUT_S)
-            assert [r.base_offset for r in batch_answer.results] == [100, 20000]
-            # the second is above a quarter of the region: inline, as bytes
-            assert seen[1:] == [(memoryview, b"a" * 100, True), (bytes, b"b" * 20000, False)]
+            assert [r.base_offset for r in batch_answer.results] == [100, 20000, 70000]
+            # the second the owner reads where it lies, keeping the reference to check it again once
+            # written; the third is above a quarter of the region: inline, as bytes
+            assert seen[1:] == [(bytearray, b"a" * 100, False), (memoryview, b"b" * 20000, True),
+                                (bytes, b"c" * 70000, False)]
             assert sender.live == 0
         finally:
             client.close()

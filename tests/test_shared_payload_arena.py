@@ -14,16 +14,7 @@ from hpbroker.shared.payload_arena import ArenaRef, PayloadArena, RefusedPayload
 REGION = 64 + 4096  # the header and 4 KiB of slots
 
 
-def take(arena: PayloadArena, ref: ArenaRef) -> bytes:
-    """What an owner reads through ``view``, kept only if ``unchanged`` says so after."""
-    receiver = arena.receiver()
-    got = bytes(receiver.view(ref))
-    if not receiver.unchanged(ref):
-        raise RefusedPayload("rewritten while read")
-    return got
-
-
-def test_a_payload_is_read_where_it_lies_until_its_slot_is_rewritten():
+def test_a_payload_is_read_where_it_lies_or_copied_until_its_slot_is_rewritten():
     arena = PayloadArena(2, REGION)
     sender = arena.sender(1)
     ref = sender.put(b"abc" * 100)
@@ -32,6 +23,8 @@ def test_a_payload_is_read_where_it_lies_until_its_slot_is_rewritten():
     view = receiver.view(ref)
     assert view == b"abc" * 100 and view.obj is arena.memory, "a view of the slot, not a copy"
     assert receiver.unchanged(ref)
+    copy = receiver.take(ref)
+    assert copy == b"abc" * 100 and isinstance(copy, bytearray), "or a private copy"
     sender.release(ref)
     assert sender.put(b"xyz" * 100) is not None  # the same slot, rewritten
     assert not receiver.unchanged(ref)
@@ -51,8 +44,8 @@ def test_slots_are_reused_oldest_first_and_a_full_ring_sends_inline():
     wrapped = [sender.put(b"y" * 1008), sender.put(b"w" * 1008)]  # where the two oldest were
     assert [r.offset for r in wrapped if r is not None] == [0, 1024]
     assert sender.put(b"x") is None
-    assert [take(arena, r) for r in wrapped if r is not None] == [b"y" * 1008, b"w" * 1008]
-    assert [take(arena, r) for r in refs[2:] if r is not None] == [b"\2" * 1008, b"\3" * 1008]
+    assert [arena.receiver().take(r) for r in wrapped if r is not None] == [b"y" * 1008, b"w" * 1008]
+    assert [arena.receiver().take(r) for r in refs[2:] if r is not None] == [b"\2" * 1008, b"\3" * 1008]
 
 
 def test_an_empty_ring_starts_over_at_the_region_start():
@@ -80,8 +73,8 @@ def test_a_rewritten_slot_refuses_its_old_reference():
     new = sender.put(b"new" * 10)
     assert new is not None and new.offset == old.offset
     with pytest.raises(RefusedPayload, match="rewritten"):
-        take(arena, old)
-    assert take(arena, new) == b"new" * 10
+        arena.receiver().take(old)
+    assert arena.receiver().take(new) == b"new" * 10
 
 
 def test_a_restarted_sender_refuses_every_reference_of_its_predecessor():
@@ -90,7 +83,7 @@ def test_a_restarted_sender_refuses_every_reference_of_its_predecessor():
     assert before is not None
     arena.sender(0)  # the worker restarted: nothing written yet, the bytes are still there
     with pytest.raises(RefusedPayload):
-        take(arena, before)
+        arena.receiver().take(before)
 
 
 @pytest.mark.parametrize("ref", [ArenaRef(2, 0, 1, 1), ArenaRef(-1, 0, 1, 1), ArenaRef(0, 4, 1, 1),
@@ -101,7 +94,7 @@ def test_a_reference_to_no_slot_is_refused(ref):
     arena = PayloadArena(2, REGION)
     arena.sender(0).put(b"x")
     with pytest.raises(RefusedPayload):
-        take(arena, ref)
+        arena.receiver().take(ref)
 
 
 def test_a_worker_forked_later_reads_what_another_wrote():
@@ -112,7 +105,7 @@ def test_a_worker_forked_later_reads_what_another_wrote():
     if pid == 0:  # the child: another worker
         try:
             assert ref is not None
-            got = take(arena, ref)
+            got = arena.receiver().take(ref)
             back = arena.sender(1).put(bytes(got).upper())
             assert back is not None
             os.write(writer, struct.pack("<5q", *back))
@@ -122,7 +115,7 @@ def test_a_worker_forked_later_reads_what_another_wrote():
     back = ArenaRef(*struct.unpack("<5q", os.read(reader, 40)))
     os.close(reader)
     os.waitpid(pid, 0)
-    assert take(arena, back) == b"FROM THE PARENT"
+    assert arena.receiver().take(back) == b"FROM THE PARENT"
 
 
 def _restart_and_rewrite_forever(arena: PayloadArena, size: int) -> None:
@@ -146,7 +139,7 @@ def test_no_reader_ever_keeps_a_payload_rewritten_under_it():
             incarnation = struct.unpack_from("<q", arena.memory, 0)[0]
             token = incarnation << 40
             try:
-                got = take(arena, ArenaRef(0, 0, size, token))
+                got = arena.receiver().take(ArenaRef(0, 0, size, token))
             except RefusedPayload:
                 refused += 1
                 continue

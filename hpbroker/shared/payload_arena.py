@@ -3,8 +3,9 @@ to the worker owning the partition: the sender copies the batch into its own
 region of shared memory, or names it where it already is there (a large
 request is received into the region's frame buffers), and sends a reference
 (``ArenaRef``) over the peer channel instead of the bytes; the owner appends
-straight from there (its ``write()`` is the only copy out).  The socket, the
-channel's framing and the codec never carry the payload.
+straight from there (its ``write()`` is the only copy out), or copies a small
+payload out first (``take``).  The socket, the channel's framing and the
+codec never carry the payload.
 
 Region w is written only by worker w (single writer), as a ring of slots:
 ``[token][size][payload]`` padded to 8 bytes.  A slot is live from ``put``
@@ -260,6 +261,14 @@ class ArenaReceiver:
         there: true means everything read through the view since was the
         payload, whole."""
         return self._holds(ref)
+
+    def take(self, ref: ArenaRef) -> bytearray:
+        """A private copy of the payload ``ref`` names (RefusedPayload as ``view``,
+        or when it was rewritten while copied)."""
+        payload = bytearray(self.view(ref))
+        if not self._holds(ref):
+            raise RefusedPayload(f"the payload of {ref} was rewritten while copied")
+        return payload
 
     def _holds(self, ref: ArenaRef) -> bool:
         worker, offset, size, token, head = ref
