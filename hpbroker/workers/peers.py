@@ -7,9 +7,11 @@ after a restart.  A frame is a 4-byte length and one message of
 ``owner_calls``' codec: ``(call id, call)`` one way, ``(call id, result)`` back.
 An ``Append``'s records do not travel in the frame: the sender puts them in
 its region of the payload arena (``shared/payload_arena.py``) and sends the
-reference; the owner appends straight from the slot (a small payload it
-copies out first), and the sender frees it when the answer comes back (or the channel closes: the owner is gone).  A
-payload that finds no slot goes inline, as before.
+reference (a large request's records it names where the connection received
+them, in the arena too); the owner appends straight from there (a small
+payload it copies out first), and the sender frees the slot when the answer
+comes back (or the channel closes: the owner is gone).  A payload that finds
+no slot goes inline, as before.
 Only the declared call types decode; anything else is answered ``Failed``
 when its call id can be read, logged and dropped otherwise, and never ends
 the channel.  Calls are answered concurrently and may complete out of order,
