@@ -8,13 +8,15 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 
 import confluent_kafka as ck
+import kafka
 
 from harness.broker import free_port
 from harness.waiting import wait_for
 from hpbroker.server.ownership import partition_owner
-from tests.integration.clients import ck_consume, ck_produce, kp_consume, kp_produce, topic_name
+from tests.integration.clients import ck_consume, ck_consume_all, ck_produce, kp_consume, kp_produce, topic_name
 from tests.integration.test_metrics import scrape_when, value
 
 PARTITIONS = 4
@@ -161,4 +163,77 @@ def test_records_for_another_workers_partitions_arrive_whole_through_the_arena(b
     def moved(samples: dict) -> bool:
         return all(value(samples, "hpbroker_peer_payload_bytes_total", path=path) > 0 for path in ("arena", "received"))
     samples = wait_for(lambda: scrape_when(port, moved), timeout=30, what="arena bytes counted")
+    assert value(samples, "hpbroker_peer_payload_bytes_total", path="inline") == 0
+
+
+def _large_value(client: str, i: int) -> bytes:
+    """About 6 KiB, its name first and a digest of it repeated after: checkable whole."""
+    name = b"%s-%d:" % (client.encode(), i)
+    return name + hashlib.sha256(name).digest() * 190
+
+
+def test_records_sent_by_reference_survive_worker_kills(broker_factory):
+    """Both clients, idempotent, write large requests to every partition (so
+    half of them go to the other worker by reference to where they were
+    received) while one worker and then the other is SIGKILLed: every record
+    either acknowledged is in the log whole, and none twice."""
+    port = free_port()
+    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}"},
+                            num_workers=2)
+    topic = topic_name("shm-kill")
+    total = 3000
+    acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
+    sending = threading.Event()
+
+    def with_librdkafka() -> None:
+        producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                                "message.timeout.ms": 120000})
+
+        def delivered(err, msg) -> None:
+            if err is None:
+                acked["ck"].add(msg.value())
+                sending.set()
+        for i in range(total):
+            while True:
+                try:
+                    producer.produce(topic, _large_value("ck", i), partition=i % PARTITIONS, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0.002 if i % 10 == 0 else 0)  # paced a little: the kills land among the requests
+        assert producer.flush(120) == 0
+
+    def with_kafka_python() -> None:
+        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
+                                       linger_ms=20, request_timeout_ms=30000, delivery_timeout_ms=120000)
+        futures = []
+        for i in range(total):
+            payload = _large_value("kp", i)
+            futures.append((payload, producer.send(topic, payload, partition=i % PARTITIONS)))
+            if i % 10 == 0:
+                time.sleep(0.002)
+        producer.flush(120)
+        acked["kp"].update(payload for payload, future in futures if future.succeeded())
+        producer.close(30)
+
+    threads = [threading.Thread(target=with_librdkafka), threading.Thread(target=with_kafka_python)]
+    for t in threads:
+        t.start()
+    assert sending.wait(60), "librdkafka acknowledged nothing"
+    broker.kill_worker(0)
+    broker.kill_worker(1)
+    for t in threads:
+        t.join(240)
+        assert not t.is_alive()
+    assert len(acked["ck"]) > total // 2 and len(acked["kp"]) > total // 2, "both got most records through"
+    values = [r.value or b"" for r in ck_consume_all(broker.bootstrap, topic, range(PARTITIONS))]
+    assert len(values) == len(set(values)), "no record is stored twice"
+    for v in values:
+        client, _, i = v.partition(b":")[0].partition(b"-")
+        assert v == _large_value(client.decode(), int(i)), "a record is whole"
+    missing = (acked["ck"] | acked["kp"]) - set(values)
+    assert not missing, f"{len(missing)} acknowledged records are not in the log"
+    samples = wait_for(lambda: scrape_when(port, lambda s: value(s, "hpbroker_peer_payload_bytes_total",
+                                                                  path="received") > 0),
+                       timeout=30, what="bytes sent by reference counted")
     assert value(samples, "hpbroker_peer_payload_bytes_total", path="inline") == 0
