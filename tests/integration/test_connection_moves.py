@@ -6,11 +6,7 @@ no acknowledged record."""
 
 import asyncio
 import datetime
-import threading
-import time
 
-import confluent_kafka as ck
-import kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -26,6 +22,7 @@ from hpbroker.server.ownership import partition_owner
 from hpbroker.workers.kio_build import make
 from tests.integration.clients import ck_consume, ck_consume_all, kp_consume, topic_name
 from tests.integration.test_metrics import scrape_when, value
+from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
 MOVE_AFTER = 8  # connection.move.after.requests, the default
 
@@ -111,50 +108,10 @@ def test_moving_connections_lose_no_acknowledged_record_when_workers_are_killed(
     _create(broker.bootstrap, topic, 2)
     assert {partition_owner(topic, p, 2) for p in (0, 1)} == {0, 1}
     total = 3000
-    acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
-    sending = threading.Event()
-
-    def with_librdkafka() -> None:
-        producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0,
-                                "batch.num.messages": 1, "message.timeout.ms": 120000})
-
-        def delivered(err, msg) -> None:
-            if err is None:
-                acked["ck"].add(msg.value())
-                sending.set()
-        for i in range(total):
-            while True:
-                try:
-                    producer.produce(topic, b"ck-%d" % i, partition=0, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0.001 if i % 5 == 0 else 0)  # paced a little: the connection has quiet moments to move in
-        assert producer.flush(120) == 0
-
-    def with_kafka_python() -> None:
-        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
-                                       linger_ms=0, request_timeout_ms=30000, delivery_timeout_ms=120000)
-        futures = []
-        for i in range(total):
-            futures.append((b"kp-%d" % i, producer.send(topic, b"kp-%d" % i, partition=1)))
-            if i % 5 == 0:
-                time.sleep(0.001)
-        producer.flush(120)
-        acked["kp"].update(payload for payload, future in futures if future.succeeded())
-        producer.close(30)
-
-    threads = [threading.Thread(target=with_librdkafka), threading.Thread(target=with_kafka_python)]
-    for t in threads:
-        t.start()
-    assert sending.wait(60), "librdkafka acknowledged nothing"
-    broker.kill_worker(0)
-    broker.kill_worker(1)
-    for t in threads:
-        t.join(240)
-        assert not t.is_alive()
+    # paced a little: the connections have quiet moments to move in
+    acked = produce_through_worker_kills(broker, topic, total, lambda client, i: b"%s-%d" % (client.encode(), i),
+                                         lambda client, _: 0 if client == "ck" else 1,
+                                         linger_ms=0, pace_every=5, pace_s=0.001)
     assert len(acked["ck"]) > total // 2 and len(acked["kp"]) > total // 2, "both got most records through"
-    values = [r.value for r in ck_consume_all(broker.bootstrap, topic, [0, 1])]
-    assert len(values) == len(set(values)), "no record is stored twice"
-    missing = (acked["ck"] | acked["kp"]) - set(values)
-    assert not missing, f"{len(missing)} acknowledged records are not in the log: {sorted(missing)[:5]}"
+    values = [r.value or b"" for r in ck_consume_all(broker.bootstrap, topic, [0, 1])]
+    assert_acknowledged_once(values, acked["ck"] | acked["kp"])

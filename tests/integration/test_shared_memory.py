@@ -8,16 +8,15 @@ import hashlib
 import os
 import tempfile
 import threading
-import time
 
 import confluent_kafka as ck
-import kafka
 
 from harness.broker import free_port
 from harness.waiting import wait_for
 from hpbroker.server.ownership import partition_owner
 from tests.integration.clients import ck_consume, ck_consume_all, ck_produce, kp_consume, kp_produce, topic_name
 from tests.integration.test_metrics import scrape_when, value
+from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
 PARTITIONS = 4
 
@@ -182,57 +181,14 @@ def test_records_sent_by_reference_survive_worker_kills(broker_factory):
                             num_workers=2)
     topic = topic_name("shm-kill")
     total = 3000
-    acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
-    sending = threading.Event()
-
-    def with_librdkafka() -> None:
-        producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                                "message.timeout.ms": 120000})
-
-        def delivered(err, msg) -> None:
-            if err is None:
-                acked["ck"].add(msg.value())
-                sending.set()
-        for i in range(total):
-            while True:
-                try:
-                    producer.produce(topic, _large_value("ck", i), partition=i % PARTITIONS, on_delivery=delivered)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0.002 if i % 10 == 0 else 0)  # paced a little: the kills land among the requests
-        assert producer.flush(120) == 0
-
-    def with_kafka_python() -> None:
-        producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
-                                       linger_ms=20, request_timeout_ms=30000, delivery_timeout_ms=120000)
-        futures = []
-        for i in range(total):
-            payload = _large_value("kp", i)
-            futures.append((payload, producer.send(topic, payload, partition=i % PARTITIONS)))
-            if i % 10 == 0:
-                time.sleep(0.002)
-        producer.flush(120)
-        acked["kp"].update(payload for payload, future in futures if future.succeeded())
-        producer.close(30)
-
-    threads = [threading.Thread(target=with_librdkafka), threading.Thread(target=with_kafka_python)]
-    for t in threads:
-        t.start()
-    assert sending.wait(60), "librdkafka acknowledged nothing"
-    broker.kill_worker(0)
-    broker.kill_worker(1)
-    for t in threads:
-        t.join(240)
-        assert not t.is_alive()
+    acked = produce_through_worker_kills(broker, topic, total, _large_value, lambda _, i: i % PARTITIONS,
+                                         linger_ms=20, pace_every=10, pace_s=0.002)
     assert len(acked["ck"]) > total // 2 and len(acked["kp"]) > total // 2, "both got most records through"
     values = [r.value or b"" for r in ck_consume_all(broker.bootstrap, topic, range(PARTITIONS))]
-    assert len(values) == len(set(values)), "no record is stored twice"
+    assert_acknowledged_once(values, acked["ck"] | acked["kp"])
     for v in values:
         client, _, i = v.partition(b":")[0].partition(b"-")
         assert v == _large_value(client.decode(), int(i)), "a record is whole"
-    missing = (acked["ck"] | acked["kp"]) - set(values)
-    assert not missing, f"{len(missing)} acknowledged records are not in the log"
     samples = wait_for(lambda: scrape_when(port, lambda s: value(s, "hpbroker_peer_payload_bytes_total",
                                                                   path="received") > 0),
                        timeout=30, what="bytes sent by reference counted")
