@@ -243,7 +243,7 @@ class ArenaReceiver:
             at = data + offset + _SLOT_HEAD.size
             if offset % 8 or at + size > data + self.ring_bytes:
                 raise RefusedPayload(f"no such slot: {ref}")
-            if not self._holds(ref):
+            if not self.unchanged(ref):
                 raise RefusedPayload(f"slot {offset} of worker {worker} was rewritten")
             return self._view[at:at + size]
         at = data + offset
@@ -252,25 +252,22 @@ class ArenaReceiver:
         capacity = _FRAME_HEAD.unpack_from(self.memory, data + head)[1]
         if offset + size > head + _FRAME_HEAD.size + capacity:
             raise RefusedPayload(f"no such frame payload: {ref}")
-        if not self._holds(ref):
+        if not self.unchanged(ref):
             raise RefusedPayload(f"the frame buffer at {head} of worker {worker} was rewritten")
         return self._view[at:at + size]
-
-    def unchanged(self, ref: ArenaRef) -> bool:
-        """Whether ``ref``'s slot or frame buffer still holds what ``view`` found
-        there: true means everything read through the view since was the
-        payload, whole."""
-        return self._holds(ref)
 
     def take(self, ref: ArenaRef) -> bytearray:
         """A private copy of the payload ``ref`` names (RefusedPayload as ``view``,
         or when it was rewritten while copied)."""
         payload = bytearray(self.view(ref))
-        if not self._holds(ref):
+        if not self.unchanged(ref):
             raise RefusedPayload(f"the payload of {ref} was rewritten while copied")
         return payload
 
-    def _holds(self, ref: ArenaRef) -> bool:
+    def unchanged(self, ref: ArenaRef) -> bool:
+        """Whether ``ref``'s slot or frame buffer still holds what ``view`` found
+        there: true means everything read through the view since was the
+        payload, whole."""
         worker, offset, size, token, head = ref
         memory = self.memory
         base = worker * self.stride
