@@ -9,7 +9,9 @@
    the rest).  Same client settings, record sizes and partition count (3).
    Throughput: as many records as the client can queue (batching as
    bench/e2e.py), with the brokers' CPU and minor page faults (pages they
-   touched for the first time) per byte.  Latency: produce() to delivery
+   touched for the first time) per byte; each throughput phase starts after
+   the same write-and-delete of memory (``bench/memory_probe.py``), so none
+   pays the host's first touches for its place.  Latency: produce() to delivery
    callback, paced at a fixed rate of records/s with linger.ms=1, the first
    second dropped.
 2. Unavailability on failover: a steady idempotent acks=all producer on a
@@ -47,7 +49,7 @@ import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
-from bench.memory_probe import describe as page_cache_state  # noqa: E402
+from bench.memory_probe import describe as page_cache_state, warm  # noqa: E402
 from bench.targets import tree_minor_faults  # noqa: E402
 from bench.wakeup_probe import describe as wake_up_state  # noqa: E402
 from harness.broker import Broker, BrokerError  # noqa: E402
@@ -212,6 +214,9 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                 n = int(args.mb * MB / size)
                 for t in order:
                     print(f"round {rnd + 1}: {t.name}, {n:,} x {size} B ...", file=sys.stderr, flush=True)
+                    # the same state of memory for every target (bench/memory_probe.py): three
+                    # copies of the bytes and room besides, whichever target writes them
+                    warm(str(tmp), int(4 * 3 * n * size / 2**20))
                     tput[(t.name, size)].append(throughput(t, size, n))
             for rate in args.latency_rates:
                 for size in args.sizes:

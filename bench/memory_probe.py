@@ -1,21 +1,28 @@
-"""What a page of fresh memory costs here, to read the per-byte figures by.
+"""What a page of fresh memory costs here, to read the per-byte figures by,
+and how to give every phase of a comparison the same.
 
 Every byte a broker stores lands in a page-cache page the kernel takes off its
-free list.  On bare metal that page costs a copy.  In a virtual machine whose
-balloon device reports free pages to the host (virtio-balloon's
-VIRTIO_BALLOON_F_REPORTING), the host takes back what the guest left free for a
-few seconds, and the guest's next touch of it faults into the host: the copy
-into the page cache then costs several times more, whoever writes.  On the
-machines these figures come from that first touch cost about 2.5 CPU s/GiB,
-ten times the copy, so a phase that happens to write into reported memory
-looks slower per byte for reasons no broker controls.
+free list (a broker keeping records in memory takes heap pages the same way).
+On bare metal that page costs a copy.  In a virtual machine whose balloon
+device reports free pages to the host (virtio-balloon's
+VIRTIO_BALLOON_F_REPORTING), the host takes back what the guest leaves free,
+and the guest's next touch of it faults into the host: the copy into the page
+cache then costs several times more, whoever writes.  On the machines these
+figures come from that first touch cost about 2.5 CPU s/GiB, ten times the
+copy.  Pages the guest freed stay backed for about a minute (a broker
+ingesting a GiB into them paid the same 20 s after they were freed, a tenth
+more after 60 s, a third more after 120 s), so what a phase pays depends on
+what ran before it: a phase after one that deleted its files is warm, one
+after phases that kept theirs is cold.
 
     .venv/bin/python bench/memory_probe.py [DIR]
 
 writes 256 MiB into a new file (in DIR, default the temp dir), deletes it and
 writes it again at once, into the pages just freed: the first figure is what
 the free list costs now, the second what a warm page costs.  The benchmarks
-record the same line beside the machine, taken before they start.
+record the same line beside the machine, taken before they start, and call
+``warm`` before each phase that stores many bytes, so that no phase pays the
+host's faults for its place in the order.
 """
 
 from __future__ import annotations
@@ -72,6 +79,20 @@ def write_cost(directory: str | None = None, mib: int = 256) -> tuple[float, flo
             costs.append(_write_file(path, mib))
             os.unlink(path)
     return costs[0], costs[1]
+
+
+def warm(directory: str | None = None, mib: int = 1024) -> float:
+    """Write ``mib`` MiB into a new file and delete it, so that the pages the
+    next phase takes first (page cache or heap, whoever touches them) are ones
+    the host backs: pages freed here stay warm for about a minute before the
+    balloon returns them. Each phase of a comparison warmed this way starts
+    from the same state, as it would on bare metal, instead of the order of
+    the phases deciding who pays the host's faults. CPU s/GiB of that write."""
+    with tempfile.TemporaryDirectory(prefix="memory-warm-", dir=directory) as scratch:
+        path = os.path.join(scratch, "warm")
+        cost = _write_file(path, mib)
+        os.unlink(path)
+    return cost
 
 
 def describe(directory: str | None = None, mib: int = 256) -> str:

