@@ -30,6 +30,7 @@ from __future__ import annotations
 import glob
 import os
 import resource
+import shutil
 import sys
 import tempfile
 
@@ -87,8 +88,11 @@ def warm(directory: str | None = None, mib: int = 1024) -> float:
     the host backs: pages freed here stay warm for about a minute before the
     balloon returns them. Each phase of a comparison warmed this way starts
     from the same state, as it would on bare metal, instead of the order of
-    the phases deciding who pays the host's faults. CPU s/GiB of that write."""
+    the phases deciding who pays the host's faults. CPU s/GiB of that write;
+    at most half the file system's free space is written (the warming is
+    smaller then, never a full disk)."""
     with tempfile.TemporaryDirectory(prefix="memory-warm-", dir=directory) as scratch:
+        mib = max(1, min(mib, shutil.disk_usage(scratch).free // 2**20 // 2))
         path = os.path.join(scratch, "warm")
         cost = _write_file(path, mib)
         os.unlink(path)
