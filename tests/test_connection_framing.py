@@ -6,7 +6,9 @@ the connection's context; one that waits goes on in a task, the next behind
 it, and a stopping worker waits for it), and the frames it refuses (too
 large, negative, empty, a truncated header) closing the connection with one
 log line; end of file mid-frame; an answer from a file larger than the
-socket takes at once; reading paused while too many bytes of requests wait.
+socket takes at once; reading paused while too many bytes of requests wait;
+a connection due to move to another worker reading no further than the
+request in hand, and reading on when the move is refused.
 
 The connection runs with a two-field fake context and a one-entry handler
 table: ApiVersions v0 (an empty body, so any frame's bytes are the header's),
@@ -26,13 +28,14 @@ import pytest
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
-from hpbroker.workers import connection
+from hpbroker.workers import affinity, connection
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import CLIENT_HOST, Later
 from hpbroker.workers.fetch_response import FileRegion
 
 TIMEOUT_S = 5
 LIMIT = 1000  # socket.request.max.bytes of these connections
+MOVE_AFTER = 2  # connection.move.after.requests of those that may move
 
 
 class Context:
@@ -40,7 +43,8 @@ class Context:
     byte counters; ``received(n)`` waits until ``n`` bytes have come in."""
 
     def __init__(self):
-        self.config = {"socket.request.max.bytes": LIMIT}
+        self.config = {"socket.request.max.bytes": LIMIT, "connection.move.after.requests": MOVE_AFTER}
+        self.index = 0  # the worker this is
         self.bytes_out = 0
         self._bytes_in = 0
         self._arrived = asyncio.Event()
@@ -84,6 +88,7 @@ class Handler:
         self.moved = asyncio.Event()  # set whenever ``handled`` grows
         self.tasks: list = []  # per request, the task it began in (None: the read callback's turn)
         self.hosts: list[str] = []  # per request, the client host its context names, as it begins and ends
+        self.owner: int | None = None  # when set, every request asks that worker (as an owner call notes)
 
     async def have_handled(self, expected: list[int]) -> None:
         while self.handled != expected:
@@ -95,6 +100,8 @@ class Handler:
         self.most_busy = max(self.most_busy, self.busy)
         try:
             cid = header.correlation_id
+            if self.owner is not None:
+                affinity.saw((self.owner,))
             self.tasks.append(asyncio.current_task())
             self.hosts.append(CLIENT_HOST.get())
             if cid in self.owed:
@@ -134,16 +141,20 @@ def answer(correlation_id: int) -> bytes:
 
 
 class Served:
-    """One KafkaConnection behind a loopback listener, and a client of it."""
+    """One KafkaConnection behind a loopback listener, and a client of it;
+    with ``move``, the connection may be handed to another worker (``move(connection,
+    worker)`` says whether it was) after ``MOVE_AFTER`` requests to that worker."""
 
-    def __init__(self):
+    def __init__(self, move=None):
         self.ctx = Context()
         self.handler = Handler()
         self.closed = asyncio.Event()
         self.connection: KafkaConnection | None = None
+        self.move = move
 
     def _connection(self) -> KafkaConnection:
-        self.connection = KafkaConnection(self.ctx, {API_VERSIONS: self.handler}, lambda c: self.closed.set())
+        self.connection = KafkaConnection(self.ctx, {API_VERSIONS: self.handler}, lambda c: self.closed.set(),
+                                          self.move)
         return self.connection
 
     async def __aenter__(self):
@@ -274,6 +285,65 @@ async def begin_a_waiting_request(s) -> asyncio.Event:
     await s.ctx.received(2 * len(request(0)))
     assert s.connection.started is not None
     return gate
+
+
+def run_moving(scenario, moved: bool):
+    """``scenario(served, moves, handed)`` on a connection whose requests all go to worker 1;
+    ``moves`` collects the workers it was handed to (each hand-over answered ``moved``),
+    ``handed`` is set at the first."""
+    moves: list[int] = []
+    handed = asyncio.Event()
+
+    def move(conn, worker: int) -> bool:
+        moves.append(worker)
+        handed.set()
+        if moved:
+            conn.transport.abort()  # as the worker's hand-over: its descriptor goes, the client's stream with it here
+        return moved
+
+    async def main():
+        async with Served(move) as served:
+            served.handler.owner = 1
+            await scenario(served, moves, handed)
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_connection_due_to_move_reads_no_further_than_the_request_in_hand_and_moves_once_idle():
+    """A connection that always has a request in hand (one waiting on another
+    worker while the next arrives) is never idle between requests; once a
+    move is due, it reads the rest of the request it has begun, then nothing:
+    the requests it has are answered, in order, and it is handed over with
+    the next request unread, in the socket for the worker it goes to."""
+    async def scenario(s, moves, handed):
+        await s.send(request(1))
+        assert await s.read(len(answer(1))) == answer(1)
+        s.handler.gates[2] = gate = asyncio.Event()
+        third, fourth = request(3), request(4)
+        await s.send(request(2) + third[:5])  # 2 begins and waits; the second to worker 1: a move is due
+        await s.ctx.received(2 * len(request(0)) + 5)
+        assert s.connection.started is not None and not s.connection.holding
+        await s.send(third[5:] + fourth)
+        await s.ctx.received(3 * len(request(0)))
+        assert s.connection.holding and moves == []
+        gate.set()
+        assert await s.read(2 * len(answer(0))) == answer(2) + answer(3)
+        await asyncio.wait_for(handed.wait(), TIMEOUT_S)
+        assert moves == [1] and s.handler.handled == [1, 2, 3]
+        assert s.ctx.bytes_in == 3 * len(request(0)), "request 4 stays in the socket"
+    run_moving(scenario, moved=True)
+
+
+def test_a_connection_whose_move_is_refused_reads_on():
+    async def scenario(s, moves, handed):
+        gate = await begin_a_waiting_request(s)  # 2 waits, and the move due: reading stops
+        await s.send(request(3) + request(4))
+        assert s.ctx.bytes_in == 2 * len(request(0))
+        gate.set()
+        await asyncio.wait_for(handed.wait(), TIMEOUT_S)  # refused: it reads on
+        assert await s.read(3 * len(answer(0))) == answer(2) + answer(3) + answer(4)
+        assert set(moves) == {1} and s.handler.handled == [1, 2, 3, 4]
+        assert not s.connection.reader.bounded or s.connection.route.elsewhere(0) is not None
+    run_moving(scenario, moved=False)
 
 
 def test_a_request_begun_as_it_arrived_that_waits_keeps_its_context_and_the_next_waits_behind_it():

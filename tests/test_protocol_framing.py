@@ -132,6 +132,49 @@ def test_any_mix_of_small_and_large_frames_read_any_way_comes_out_whole(sizes, r
     assert reader.buffered == 0
 
 
+@given(sizes=st.lists(st.integers(0, 3 * SCRATCH), min_size=1, max_size=8), read_size=st.integers(1, 70000),
+       stop_after=st.integers(0, 20000), asked_again=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_a_reader_told_to_stop_at_a_frame_end_receives_nothing_past_it(sizes, read_size, stop_after, asked_again):
+    """Told to stop part way (a connection about to move), a reader takes no
+    byte beyond the end of the frame in hand: the frames so far come out
+    whole, it rests at the first boundary, and what it did not take is the
+    frames after, whole for a reader elsewhere. Asked again at a boundary, it
+    takes that one next frame and no more."""
+    bodies = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    data = b"".join(frame(b) for b in bodies)
+    ends = [sum(len(frame(b)) for b in bodies[:i + 1]) for i in range(len(bodies))]
+    reader = FrameReader(scratch_bytes=SCRATCH)
+    frames = receive(reader, data[:min(stop_after, len(data))], read_size)
+    pos = sum(len(frame(bytes(f))) for f in frames) + reader.buffered  # what it took: maybe past stop_after
+    reader.stop_at_frame_end()
+    boundary = pos in ends or pos == 0
+    if boundary and asked_again and pos < len(data):
+        expected = min(e for e in ends if e > pos)
+    else:
+        expected = pos if boundary else min(e for e in ends if e > pos)
+
+    def step() -> None:
+        nonlocal pos, frames
+        buffer = reader.get_buffer()
+        assert len(buffer) > 0
+        n = min(len(buffer), read_size, len(data) - pos)
+        buffer[:n] = data[pos:pos + n]
+        pos += n
+        frames += reader.buffer_updated(n)
+
+    if boundary and asked_again and pos < len(data):
+        step()
+    while reader.buffered:
+        step()
+    assert pos == expected, "it stops at the end of the frame in hand"
+    assert [bytes(f) for f in frames] == bodies[:ends.index(pos) + 1 if pos else 0]
+    elsewhere = FrameReader(scratch_bytes=SCRATCH)
+    assert [bytes(f) for f in receive(elsewhere, data[pos:], read_size)] == bodies[len(frames):]
+    reader.stop_at_frame_end(False)
+    assert len(reader.get_buffer()) == SCRATCH  # receiving freely again
+
+
 def test_a_large_frame_is_received_into_a_buffer_of_its_size_and_counted_as_buffered():
     reader = FrameReader(scratch_bytes=SCRATCH)
     body = bytes(range(256)) * 40  # 10240 bytes: larger than the scratch

@@ -128,7 +128,7 @@ LARGE_FRAMES = LargeFrameBuffers()
 class FrameReader:
     """One connection's incoming frames (see above); ``feed`` for bytes received some other way."""
 
-    __slots__ = ("max_frame_bytes", "_scratch", "_view", "_used", "_big", "_filled", "_failed")
+    __slots__ = ("max_frame_bytes", "_scratch", "_view", "_used", "_big", "_filled", "_failed", "_bounded")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_REQUEST_BYTES, scratch_bytes: int = SCRATCH_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
@@ -138,6 +138,7 @@ class FrameReader:
         self._big: memoryview | None = None  # a large frame being received into its own buffer
         self._filled = 0  # how much of it has arrived
         self._failed: FrameTooLarge | None = None
+        self._bounded = False  # receive no byte beyond the frame in hand (see ``stop_at_frame_end``)
 
     @property
     def failed(self) -> FrameTooLarge | None:
@@ -149,11 +150,28 @@ class FrameReader:
         """Bytes received of a frame that is not complete yet."""
         return self._filled + SIZE_PREFIX if self._big is not None else self._used
 
+    @property
+    def bounded(self) -> bool:
+        return self._bounded
+
+    def stop_at_frame_end(self, on: bool = True) -> None:
+        """Receive no further than the end of the frame in hand (or, between
+        frames, than the next size prefix), so that the stream can stop at a
+        frame boundary with the rest still in the kernel (a connection about to
+        be handed to another worker); ``False`` receives freely again."""
+        self._bounded = on
+
     def get_buffer(self) -> memoryview:
         """Where the next receive goes (never empty)."""
         if self._big is not None:
             return self._big[self._filled:]
-        return self._view[self._used:]
+        used = self._used
+        if self._bounded:
+            if used < SIZE_PREFIX:
+                return self._view[used:SIZE_PREFIX]
+            # the size was read and the frame fits the scratch (a larger one is in ``_big``)
+            return self._view[used:SIZE_PREFIX + _size.unpack_from(self._scratch, 0)[0]]
+        return self._view[used:]
 
     def buffer_updated(self, nbytes: int) -> list[memoryview]:
         """``nbytes`` were received into the last ``get_buffer``: every frame now complete, in order."""

@@ -96,6 +96,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.sock_fd = -1
         self.peer = "?"
         self.paused = False
+        self.holding = False  # reading paused at a frame boundary until the connection moves (``_hold_to_move``)
         self.closing = False
         self.task = None
         self.context = contextvars.copy_context()  # the client's, for every step of its requests
@@ -154,11 +155,39 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if failed is not None and not self.closing:
             self._drop(f"request of {failed.size} bytes exceeds socket.request.max.bytes={failed.limit}")
             return
+        if self.move is not None and not self.closing:
+            self._hold_to_move()
         if handled_here and self.started is None and self.queue.empty() and self._moved():
             self.queue.put_nowait(None)  # handed to another worker: the serving task ends
         if (self.queue.qsize() >= _MAX_QUEUED or self.queued_bytes >= _MAX_QUEUED_BYTES) and not self.paused:
             self.paused = True
             self.transport.pause_reading()
+
+    def _hold_to_move(self) -> None:
+        """A connection whose requests go to another worker moves only between
+        requests, with nothing of the stream here; one that keeps requests in
+        flight (librdkafka pipelines up to five, idempotent) is never so.  Once
+        a move is due, it reads no further than the request in hand, then
+        nothing: the requests here finish, their answers go out, and the
+        connection moves with the client's next bytes still in the kernel
+        (``_moved``, called as each of those ends)."""
+        reader = self.reader
+        if not reader.bounded:
+            if self.route.elsewhere(self.ctx.index) is None:
+                return
+            reader.stop_at_frame_end()
+        if not reader.buffered and not self.holding:
+            self.holding = True
+            self.transport.pause_reading()
+
+    def _release_hold(self) -> None:
+        """No move after all (or not now): read on."""
+        if self.reader.bounded:
+            self.reader.stop_at_frame_end(False)
+        if self.holding:
+            self.holding = False
+            if not (self.paused or self.draining or self.closing):
+                self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -254,7 +283,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if self.paused and self.queue.qsize() < _MAX_QUEUED // 2 and \
                         self.queued_bytes < _MAX_QUEUED_BYTES // 2:
                     self.paused = False
-                    self.transport.resume_reading()
+                    if not self.holding:
+                        self.transport.resume_reading()
                 if not await self._one(frame):
                     return
         finally:
@@ -307,11 +337,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.move is None:
             return False
         worker = self.route.elsewhere(self.ctx.index)
-        if (worker is None or self.sender is not None or self.started is not None or self.reader.buffered
-                or self.closing or self.paused or self.draining or self.transport.get_write_buffer_size()):
+        if worker is None:
+            self._release_hold()  # the requests since went elsewhere too
+            return False
+        if (self.sender is not None or self.started is not None or self.reader.buffered or self.closing
+                or self.paused or self.draining):
+            return False  # each ends in a call here again (a held connection reads the rest of its frame)
+        if self.transport.get_write_buffer_size():
+            self._release_hold()  # nothing calls again when the socket takes the rest: tried after later requests
             return False
         if not self.move(self, worker):
             self.route.streak = 0  # stays; looks again after as many requests
+            self._release_hold()
             return False
         self.closing = True
         return True
@@ -466,7 +503,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         # the file ends before the region (cut since it was located): the size
                         # prefix already promised those bytes, so the stream cannot go on
                         raise ConnectionError(f"a segment file ended {piece.size - sent} bytes into an answer")
-                    if self.paused or self.draining:
+                    if self.paused or self.draining or self.holding:
                         self.transport.pause_reading()  # sendfile resumed reading behind our back
                 self.ctx.bytes_out += piece.size
             else:
