@@ -109,16 +109,22 @@ def test_oversize_detected_when_prefix_arrives_in_pieces():
         reader.feed(prefix[3:])
 
 
+def receive_once(reader: FrameReader, data: bytes, pos: int, read_size: int) -> tuple[int, list]:
+    """One receive of ``data[pos:]`` into ``get_buffer``, at most ``read_size``: where
+    the data now is read to, and the frames it completed."""
+    buffer = reader.get_buffer()
+    assert len(buffer) > 0
+    n = min(len(buffer), read_size, len(data) - pos)
+    buffer[:n] = data[pos:pos + n]
+    return pos + n, reader.buffer_updated(n)
+
+
 def receive(reader: FrameReader, data: bytes, read_size: int) -> list:
     """As a BufferedProtocol's transport: receive into ``get_buffer`` at most ``read_size`` at a time."""
     frames, pos = [], 0
     while pos < len(data):
-        buffer = reader.get_buffer()
-        assert len(buffer) > 0
-        n = min(len(buffer), read_size, len(data) - pos)
-        buffer[:n] = data[pos:pos + n]
-        pos += n
-        frames += reader.buffer_updated(n)
+        pos, got = receive_once(reader, data, pos, read_size)
+        frames += got
     return frames
 
 
@@ -154,19 +160,12 @@ def test_a_reader_told_to_stop_at_a_frame_end_receives_nothing_past_it(sizes, re
     else:
         expected = pos if boundary else min(e for e in ends if e > pos)
 
-    def step() -> None:
-        nonlocal pos, frames
-        buffer = reader.get_buffer()
-        assert len(buffer) > 0
-        n = min(len(buffer), read_size, len(data) - pos)
-        buffer[:n] = data[pos:pos + n]
-        pos += n
-        frames += reader.buffer_updated(n)
-
     if boundary and asked_again and pos < len(data):
-        step()
+        pos, got = receive_once(reader, data, pos, read_size)
+        frames += got
     while reader.buffered:
-        step()
+        pos, got = receive_once(reader, data, pos, read_size)
+        frames += got
     assert pos == expected, "it stops at the end of the frame in hand"
     assert [bytes(f) for f in frames] == bodies[:ends.index(pos) + 1 if pos else 0]
     elsewhere = FrameReader(scratch_bytes=SCRATCH)

@@ -14,11 +14,11 @@ The move happens only between requests, so no byte is lost or reordered:
 nothing buffered or queued, no answer owed or unsent (``KafkaConnection``
 checks). A connection that always has a request in hand (a producer keeping
 several in flight) gets there by reading no further than the request it has
-begun once its move is due. The socket travels through the acceptor as any new connection does
-(SCM_RIGHTS, kept there until the new worker has adopted it, given to
-another worker if that one is gone); whatever the client sends meanwhile
-waits in the kernel's buffer. ``connection.move.after.requests`` sets
-``after``; 0 turns moving off.
+begun once its move is due. The socket travels through the acceptor as any
+new connection does (SCM_RIGHTS, kept there until the new worker has
+adopted it, given to another worker if that one is gone); whatever the
+client sends meanwhile waits in the kernel's buffer.
+``connection.move.after.requests`` sets ``after``; 0 turns moving off.
 """
 
 from __future__ import annotations
