@@ -73,13 +73,7 @@ def write_cost(directory: str | None = None, mib: int = 256) -> tuple[float, flo
     """CPU s/GiB of writing into the page cache from the free list as it is now,
     then again into the pages that deleting the first file just freed (the
     host has not taken those back yet)."""
-    with tempfile.TemporaryDirectory(prefix="memory-probe-", dir=directory) as scratch:
-        costs = []
-        for name in ("first", "again"):
-            path = os.path.join(scratch, name)
-            costs.append(_write_file(path, mib))
-            os.unlink(path)
-    return costs[0], costs[1]
+    return warm(directory, mib), warm(directory, mib)
 
 
 def warm(directory: str | None = None, mib: int = 1024) -> float:
