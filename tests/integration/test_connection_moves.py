@@ -108,7 +108,7 @@ def test_moving_connections_lose_no_acknowledged_record_when_workers_are_killed(
     _create(broker.bootstrap, topic, 2)
     assert {partition_owner(topic, p, 2) for p in (0, 1)} == {0, 1}
     total = 3000
-    # paced a little: the connections have quiet moments to move in
+    # paced a little, so that the kills land among the requests
     acked = produce_through_worker_kills(broker, topic, total, lambda client, i: b"%s-%d" % (client.encode(), i),
                                          lambda client, _: 0 if client == "ck" else 1,
                                          linger_ms=0, pace_every=5, pace_s=0.001)
