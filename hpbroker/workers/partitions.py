@@ -355,11 +355,18 @@ class Partitions:
         if durable_only or found.role is Role.STANDALONE:  # the one replica has it once it is on disk
             def done() -> bool:
                 return not partition_log.owes_flush(end_offset)
+
+            reached = done() or await self.purgatory.wait(
+                [found.key], lambda: done() or failed() or not _still(found, epoch), timeout_s)
         else:
             def done() -> bool:
                 return partition_log.high_watermark >= end_offset
-        reached = done() or await self.purgatory.wait(
-            [found.key], lambda: done() or failed() or not _still(found, epoch), timeout_s)
+
+            # in the partition's queue by offset: a poke looks at the high watermark once, not at each waiter
+            reached = done() or await self.purgatory.wait_for_offset(
+                found.key, end_offset, timeout_s, (id(found), epoch), lambda: partition_log.high_watermark,
+                lambda: _still(found, epoch), lambda: partition_log.flush_failure is not None,
+                partition_log.flush_failed)
         if not _still(found, epoch):
             return ErrorCode.not_leader_or_follower
         if failed():
