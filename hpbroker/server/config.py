@@ -108,6 +108,9 @@ BROKER_KEYS = {
     # a client connection moves to the worker that owns the partitions of its last
     # this many requests (all one worker's, not its own); 0: never (workers/affinity.py)
     "connection.move.after.requests": (int, 8),
+    # a standalone partition moves to the worker that forwarded this many appends
+    # to it, when nobody else wrote it of late; 0: never (workers/partition_moves.py)
+    "partition.move.after.appends": (int, 16),
     "metrics.listen": (str, ""),
 }
 

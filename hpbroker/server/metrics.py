@@ -80,6 +80,8 @@ FSYNC_SECONDS = SummedHistogram("hpbroker_fsync_seconds", "fsync of a segment", 
 WORKER_RESTARTS = Counter("hpbroker_worker_restarts", "Workers restarted after dying")
 CONNECTIONS_MOVED = Counter("hpbroker_connections_moved",
                             "Client connections handed to the worker owning the partitions they ask for")
+PARTITIONS_MOVED = Counter("hpbroker_partitions_moved",
+                           "Standalone partitions handed to the worker whose connections alone write them")
 
 
 def mark_dead(pid: int) -> None:

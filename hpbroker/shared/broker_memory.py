@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hpbroker.shared.cluster_board import ClusterBoard
 from hpbroker.shared.counters import WriterCounters
+from hpbroker.shared.partition_moves import PartitionMoves
 from hpbroker.shared.partition_table import PartitionTable
 from hpbroker.shared.payload_arena import FRAME_BYTES, PayloadArena
 
@@ -18,10 +19,11 @@ class BrokerMemory:
     partitions: PartitionTable
     topic_changes: WriterCounters  # one slot per worker: bumped after it changed the topics on disk
     payloads: PayloadArena  # records on their way to the worker owning their partition, and large frames
+    moves: PartitionMoves  # standalone partitions handed from the worker their hash names to another
     board: ClusterBoard | None = None  # cluster mode: the cluster image and the session, from the acceptor
 
     @classmethod
     def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS, cluster: bool = False) -> BrokerMemory:
         return cls(PartitionTable(workers, partition_slots), WriterCounters(workers),
-                   PayloadArena(workers, frame_bytes=FRAME_BYTES),
+                   PayloadArena(workers, frame_bytes=FRAME_BYTES), PartitionMoves(workers),
                    ClusterBoard(workers) if cluster else None)

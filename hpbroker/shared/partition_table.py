@@ -2,8 +2,8 @@
 
 The table is ``workers`` regions of ``slots`` entries; worker w writes only
 region w (the partitions it owns), so no entry ever has two writers and no
-lock spans processes.  A reader knows a partition's owner (``ownership``) and
-looks only in that region.  Within a region an entry's place is found by
+lock spans processes.  A reader knows a partition's owner (``ownership``, or
+where it moved to) and looks only in that region.  Within a region an entry's place is found by
 open addressing on (topic name hash, partition), at most ``MAX_PROBES`` steps
 from its home slot; a partition that finds no place is simply not published,
 and readers ask its owner as before.
@@ -137,8 +137,9 @@ class PartitionTable:
     def writer(self, worker: int) -> TableWriter:
         return TableWriter(self, worker)
 
-    def reader(self, monotonic: Callable[[], float] = time.monotonic) -> TableReader:
-        return TableReader(self, monotonic)
+    def reader(self, monotonic: Callable[[], float] = time.monotonic,
+               owner_of: Callable[[str, int], int] | None = None) -> TableReader:
+        return TableReader(self, monotonic, owner_of)
 
 
 class TableWriter:
@@ -286,7 +287,10 @@ class TableWriter:
 class TableReader:
     """Any worker's side: lock-free reads of every region."""
 
-    def __init__(self, table: PartitionTable, monotonic: Callable[[], float] = time.monotonic):
+    def __init__(self, table: PartitionTable, monotonic: Callable[[], float] = time.monotonic,
+                 owner_of: Callable[[str, int], int] | None = None):
+        # the worker whose region holds a partition: its hashed owner, unless it moved (workers/partition_moves.py)
+        self.owner_of = owner_of or (lambda topic, partition: partition_owner(topic, partition, self.workers))
         self.memory = table.memory
         self.batches = table.batches
         self.leases = table.leases
@@ -343,7 +347,7 @@ class TableReader:
             found = self._match(known, key, partition)
             if found is not None:
                 return known, found
-        base = partition_owner(topic, partition, self.workers) * self.slots
+        base = self.owner_of(topic, partition) * self.slots
         home = _home(key, partition, self.mask)
         for step in range(MAX_PROBES):
             offset = (base + ((home + step) & self.mask)) * _ENTRY_SIZE

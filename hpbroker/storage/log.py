@@ -1089,7 +1089,22 @@ class Log:
         self.active_segment.seal_time_index()
         self.flush()
         self.active_segment.flush()  # the sealing entry, even when no data was pending
-        # so a clean reopen replays nothing
+        self._close_files()
+
+    def release(self) -> None:
+        """Close every file for another process to open the log where this one
+        leaves it (a partition moving between workers): written, but fsynced
+        only as far as ``flushed_offset`` says, the page cache being the
+        same for both.  Writes a group commit still owes its fsync are synced
+        first: their answers wait on that fsync, wherever they are asked."""
+        self._write_staged()
+        self._settle_flush_job()  # a roll's fsync under way uses the segments' descriptors
+        if self._flush_owed_to > self._flushed_offset:
+            self.flush(self._flush_owed_to)
+        self._close_files()
+
+    def _close_files(self) -> None:
+        # the producers' state at the end: whoever opens the log next replays nothing
         log_loader.take_snapshot(self.producer_state, self._name, self._log_end_offset)
         with self._lock:
             self._closed = True

@@ -187,6 +187,34 @@ class LogManager:
         else:  # nobody gathers: at once
             partition_log.flush_owed()
 
+    def release_log(self, topic: str, partition: int) -> tuple[int, int]:
+        """Close a partition's log for another owner to open (``Log.release``):
+        its recovery point and log start offset, which that owner opens it with."""
+        released = self._logs[(topic, partition)]
+        released.release()  # a failed fsync raises here, and the log stays open and this manager's
+        del self._logs[(topic, partition)]
+        self._dir_of.pop((topic, partition))
+        self._uncleanable.discard((topic, partition))
+        return released.flushed_offset, released.log_start_offset
+
+    def adopt_log(self, topic: str, partition: int, recovery_point: int, log_start_offset: int) -> Log | None:
+        """Open a partition's log that another owner released (``release_log``):
+        as after a clean stop, so nothing is replayed; None when its directory
+        is gone (the topic was deleted meanwhile)."""
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        name = filenames.partition_dir_name(topic, partition)
+        log_dir = next((d for d in self.log_dirs if os.path.isdir(os.path.join(d, name))), None)
+        if log_dir is None:
+            return None
+        adopted = Log.open(os.path.join(log_dir, name), topic, partition, self._config_for(topic),
+                           recovery_point=recovery_point, log_start_offset=log_start_offset, clean_shutdown=True)
+        self._attach(adopted)
+        self._logs[key], self._dir_of[key] = adopted, log_dir
+        return adopted
+
     def delete_log(self, topic: str, partition: int) -> bool:
         """Remove a partition; a cleaning pass running over it gives up at its swap."""
         doomed = self._logs.pop((topic, partition), None)

@@ -86,6 +86,10 @@ def peer_payload(path: str, size: int) -> None:
     _peer_payloads[path] = _peer_payloads.get(path, 0) + size
 
 
+def partition_moved() -> None:
+    metrics.PARTITIONS_MOVED.inc()  # rare (a partition moves at most every few seconds): no batching
+
+
 def flush() -> None:
     """Write what was counted since the last flush to the metric files."""
     for counts, counter in ((_requests, metrics.REQUESTS), (_bytes_in, metrics.BYTES_IN),

@@ -373,8 +373,18 @@ class DeletePartition(_Call):
     result: ClassVar = Done
 
 
+class MovePartition(_Call):
+    """Hand a standalone partition to worker ``to``, its only writer of late
+    (``partition_moves.py``): Done(none) once the owner let it go, an error
+    when it keeps it."""
+    topic: str
+    partition: int
+    to: int
+    result: ClassVar = Done
+
+
 PartitionCall = Union[Append, Locate, FollowerFetch, ListOffset, PartitionBounds, EpochEnd, DescribeProducers,
-                      DeleteRecords, DeletePartition, WriteMarker]
+                      DeleteRecords, DeletePartition, WriteMarker, MovePartition]
 
 
 class Batch(_Call):

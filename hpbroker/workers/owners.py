@@ -14,7 +14,11 @@ worker or another (Redpanda's ``invoke_on``, Kafka's ``ReplicaManager`` calls).
 * ``Owners`` is what handlers hold (``ctx.owners``): ``ask(call)`` routes a
   call to the worker owning its partition or group and never raises: a failure
   becomes the call's own ``unanswered(error)`` result.  ``ask_all(calls)``
-  sends partition calls as one ``Batch`` per owning worker.
+  sends partition calls as one ``Batch`` per owning worker.  A standalone
+  partition may move to another worker (``partition_moves.py``): a call that
+  reached its old owner after it let go comes back NOT_LEADER_OR_FOLLOWER and
+  is asked again where it went, and the appends this worker forwards are
+  counted, so that a partition only this worker writes can move here.
 """
 
 from __future__ import annotations
@@ -24,20 +28,24 @@ import logging
 from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
-from hpbroker.server.ownership import DEFAULT_TRANSACTION_PARTITIONS, group_owner, partition_owner, txn_owner
+from hpbroker.server.ownership import DEFAULT_TRANSACTION_PARTITIONS, group_owner, txn_owner
 from hpbroker.workers import affinity
 from hpbroker.workers.owner_calls import (
     GROUP_CALLS,
     PARTITION_CALLS,
     TXN_CALLS,
+    Append,
     Batch,
     Batched,
+    Done,
     Failed,
     ListGroups,
     ListTxns,
+    MovePartition,
     OwnerError,
     WaitReplicated,
 )
+from hpbroker.workers.partition_moves import MoveRequests, Placement
 from hpbroker.workers.peers import PeerUnavailable
 
 log = logging.getLogger(__name__)
@@ -89,6 +97,11 @@ class PeerOwner:
         return result
 
 
+def _refused(result) -> bool:
+    """The owner asked no longer has the partition (it may have moved on)."""
+    return getattr(result, "error", None) == ErrorCode.not_leader_or_follower
+
+
 def _unreachable(call) -> ErrorCode:
     """What a client is told when the owner of ``call`` cannot be reached."""
     if isinstance(call, WaitReplicated):
@@ -100,7 +113,8 @@ def _unreachable(call) -> ErrorCode:
 
 class Owners:
     def __init__(self, index: int, workers: int, local: LocalOwner, peers, offsets_partitions: int,
-                 txn_partitions: int = DEFAULT_TRANSACTION_PARTITIONS):
+                 txn_partitions: int = DEFAULT_TRANSACTION_PARTITIONS, placement: Placement | None = None,
+                 move_after: int = 0):
         self.index = index
         self.workers = workers
         self.local = local
@@ -108,6 +122,10 @@ class Owners:
         self.offsets_partitions = offsets_partitions  # offsets.topic.num.partitions: where a group lives
         self.txn_partitions = txn_partitions  # transaction.state.log.num.partitions: where a transactional id lives
         self._remote = {worker: PeerOwner(peers, worker) for worker in range(workers) if worker != index}
+        self.placement = placement or Placement(workers)
+        # partitions move only where there is a map of their moves (standalone brokers)
+        self.moving = self.placement.moves is not None
+        self.moves = MoveRequests(move_after if self.moving else 0, self._ask_for)
 
     def owner(self, worker: int) -> Owner:
         return self.local if worker == self.index else self._remote[worker]
@@ -115,7 +133,7 @@ class Owners:
     def owner_of(self, call) -> int:
         """The worker owning the partition, group or transactional id ``call`` is about."""
         if isinstance(call, PARTITION_CALLS):
-            return partition_owner(call.topic, call.partition, self.workers)
+            return self.placement.owner(call.topic, call.partition)
         if isinstance(call, GROUP_CALLS):
             return group_owner(call.group_id or "", self.workers, self.offsets_partitions)
         if isinstance(call, TXN_CALLS):
@@ -123,12 +141,21 @@ class Owners:
         raise TypeError(f"{type(call).__name__} names no partition, group or transactional id: ask a worker")
 
     def partition_owner(self, topic: str, partition: int) -> int:
-        return partition_owner(topic, partition, self.workers)
+        return self.placement.owner(topic, partition)
 
     async def ask(self, call, worker: int | None = None):
         """``call``'s result from its owner (or from ``worker``); never raises."""
+        target = self.owner_of(call) if worker is None else worker
+        result = await self._ask(call, target)
+        if self.moving and isinstance(call, PARTITION_CALLS) and _refused(result):
+            moved_to = self.placement.owner(call.topic, call.partition)
+            if moved_to != target:  # it moved while the call was on its way: ask where it is now
+                result = await self._ask(call, moved_to)
+        return result
+
+    async def _ask(self, call, worker: int):
         try:
-            return await self.owner(self.owner_of(call) if worker is None else worker).call(call)
+            return await self.owner(worker).call(call)
         except OwnerError as exc:
             if exc.error != ErrorCode.not_leader_or_follower and exc.error != ErrorCode.coordinator_not_available:
                 log.error("%s answered %s: %s", type(call).__name__, exc.error.name, exc)
@@ -136,13 +163,22 @@ class Owners:
 
     async def ask_all(self, calls: list) -> list:
         """Each partition call's result, one ``Batch`` per owning worker, in the order of ``calls``."""
+        if self.moves.asking:  # this worker is asking for a partition: its appends wait for the answer
+            await self.moves.held((call.topic, call.partition) for call in calls if type(call) is Append)
         by_owner: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
             by_owner.setdefault(self.owner_of(call), []).append(i)
         affinity.saw(by_owner.keys())
+        if self.moves.after:
+            for worker, indexes in by_owner.items():
+                if worker != self.index:
+                    for i in indexes:
+                        if type(calls[i]) is Append:
+                            self.moves.forwarded(calls[i].topic, calls[i].partition, worker)
         if len(by_owner) == 1:  # the common case: one round trip, no task, the results in order already
             [worker] = by_owner
-            return list(cast(Batched, await self.ask(Batch(calls), worker)).results)
+            results = list(cast(Batched, await self.ask(Batch(calls), worker)).results)
+            return await self._asked_again(calls, results, by_owner) if self.moving else results
         results: list = [None] * len(calls)
 
         async def one(worker: int, indexes: list[int]) -> None:
@@ -151,4 +187,24 @@ class Owners:
                 results[i] = result
 
         await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
+        return await self._asked_again(calls, results, by_owner) if self.moving else results
+
+    async def _asked_again(self, calls: list, results: list, by_owner: dict[int, list[int]]) -> list:
+        """``results`` with those of the calls whose partition moved on the way asked again where it went."""
+        again: dict[int, list[int]] = {}
+        for worker, indexes in by_owner.items():
+            for i in indexes:
+                if _refused(results[i]):
+                    moved_to = self.owner_of(calls[i])
+                    if moved_to != worker:
+                        again.setdefault(moved_to, []).append(i)
+        for worker, indexes in again.items():  # once: a partition does not move twice in a round trip
+            batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
+            for i, result in zip(indexes, batched.results):
+                results[i] = result
         return results
+
+    async def _ask_for(self, topic: str, partition: int, owner: int) -> bool:
+        """Ask ``owner`` to hand the partition to this worker; whether it did."""
+        done = cast(Done, await self._ask(MovePartition(topic, partition, self.index), owner))
+        return done.error == ErrorCode.none

@@ -38,9 +38,11 @@ from hpbroker.errors import ErrorCode
 from hpbroker.records.batch import first_is_transactional, first_producer
 from hpbroker.records.control import ABORT, COMMIT, encode_control_batch
 from hpbroker.server.logging_setup import Throttled
+from hpbroker.server.ownership import partition_owner
+from hpbroker.shared.partition_moves import Move, MovesWriter
 from hpbroker.storage import LogManager, StorageError, filenames
 from hpbroker.storage.log import ORIGIN_COORDINATOR
-from hpbroker.workers import eager
+from hpbroker.workers import eager, observe
 from hpbroker.workers.owner_calls import (
     ActiveProducers,
     Append,
@@ -57,6 +59,7 @@ from hpbroker.workers.owner_calls import (
     FollowerFetch,
     ListOffset,
     Locate,
+    MovePartition,
     PartitionBounds,
     Replicated,
     WaitForData,
@@ -64,6 +67,7 @@ from hpbroker.workers.owner_calls import (
     WriteMarker,
 )
 from hpbroker.workers.partition import Partition, Role
+from hpbroker.workers.partition_moves import AppendSources, Placement, movable_topic
 from hpbroker.workers.publisher import UNPUBLISHED
 from hpbroker.workers.purgatory import Purgatory
 from hpbroker.workers.topics import TopicRegistry
@@ -78,7 +82,8 @@ _flush_failures = Throttled(log)  # a failing disk fails every group commit unti
 
 class Partitions:
     def __init__(self, logs: LogManager, topics: TopicRegistry | ClusterTopics, *, replicas=None,
-                 purgatory: Purgatory | None = None, publisher=UNPUBLISHED, payloads: ArenaReceiver | None = None):
+                 purgatory: Purgatory | None = None, publisher=UNPUBLISHED, payloads: ArenaReceiver | None = None,
+                 placement: Placement | None = None, index: int = 0, moves: MovesWriter | None = None):
         self.logs = logs
         self.topics = topics
         self.payloads = payloads  # another worker's produce names its records in the payload arena
@@ -92,11 +97,19 @@ class Partitions:
         # group coordinator settles the offsets a transaction committed on an offsets partition
         self.on_marker: Callable[[str, int, int, bool], None] | None = None
         self._configs_generation = topics.generation
+        # standalone partitions may move between workers (partition_moves.py): where each is, this
+        # worker's index, its side of the shared map of moves, and who appended to what of late
+        self.placement = placement if placement is not None and placement.moves is not None else None
+        self.moved = None if self.placement is None else self.placement.moves
+        self.index = index
+        self.moves = moves
+        self.sources = AppendSources()
         self._handlers = {Append: self.produce, Locate: self.locate, FollowerFetch: self.follower_fetch,
                           ListOffset: self.list_offset, PartitionBounds: self.bounds, EpochEnd: self.epoch_end,
                           DescribeProducers: self.describe_producers, DeleteRecords: self.delete_records,
                           DeletePartition: self.delete_partition, WriteMarker: self.write_marker, Batch: self.batch,
-                          WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data}
+                          WaitReplicated: self.wait_replicated, WaitForData: self.wait_for_data,
+                          MovePartition: self.move_partition}
 
     # --- the registry -------------------------------------------------------------------
     def resolve(self, topic: str, partition: int) -> Partition | ErrorCode:
@@ -108,6 +121,8 @@ class Partitions:
             # no replica here: a partition of a known topic is another broker's
             return (ErrorCode.not_leader_or_follower if self.topics.get(topic) is not None
                     else ErrorCode.unknown_topic_or_partition)
+        if self.placement is not None and self.placement.owner(topic, partition) != self.index:
+            return ErrorCode.not_leader_or_follower  # it moved to another worker (or was never here)
         partition_log = self._standalone_log(topic, partition)
         if partition_log is None:
             self._standalone.pop((topic, partition), None)
@@ -123,6 +138,10 @@ class Partitions:
         found = self.logs.get_log(topic, partition)
         if found is not None:
             return found
+        if self.moved is not None:
+            move = self.moved.move(topic, partition)
+            if move is not None:  # handed here by the worker that had it: opened where that one left it
+                return self.logs.adopt_log(topic, partition, move.recovery_point, move.log_start)
         # Topics are created with all their partition directories, so one that
         # is missing belongs to a topic being deleted (perhaps through another
         # worker, partition by partition): never bring it back by opening it.
@@ -190,6 +209,8 @@ class Partitions:
         found = self._leading(call.topic, call.partition)
         if isinstance(found, ErrorCode):
             return AppendResult(found)
+        if self.placement is not None:
+            self.sources.saw(found.key)
         records = call.records
         unchanged = None
         if call.payload is not None and self.payloads is not None:
@@ -325,9 +346,71 @@ class Partitions:
         if found is not None:
             found.role = Role.OFFLINE  # whoever still holds it sees it gone
         self.publisher.withdraw(*key)
+        self._send_home(*key)
         self.topics.changed_here()  # a partition directory went
         self.purgatory.poke(key)  # long polls on it answer now
         return Done(ErrorCode.none)
+
+    # --- moves between workers ------------------------------------------------------------------
+    def move_partition(self, call: MovePartition) -> Done:
+        """Hand a standalone partition to worker ``call.to``, which alone wrote
+        it of late (``partition_moves.py``): the log closed without an fsync,
+        the move recorded for every worker, the entry withdrawn from the
+        table, the long polls on it woken to look where it went."""
+        key = (call.topic, call.partition)
+        found = self._movable(call)
+        if isinstance(found, ErrorCode):
+            return Done(found)
+        assert self.moved is not None and self.moves is not None
+        previous = self.moved.move(*key)
+        recovery_point, log_start = self.logs.release_log(*key)
+        # the Partition keeps its role: a group commit's waiter still here is answered by the fsync the
+        # release made, not refused
+        self._standalone.pop(key, None)
+        self.publisher.withdraw(*key)
+        self.moves.record(*key, Move((previous.number if previous else 0) + 1, call.to, recovery_point, log_start),
+                          self.moved)
+        self.sources.forget(key)
+        self.purgatory.poke(key)
+        observe.partition_moved()
+        log.info("%s-%d moved to worker %d, its only writer of late (fsynced below %d)", *key, call.to,
+                 recovery_point)
+        return Done(ErrorCode.none)
+
+    def _movable(self, call: MovePartition) -> Partition | ErrorCode:
+        """The partition, when it may go to ``call.to`` now; else why not."""
+        key = (call.topic, call.partition)
+        if self.placement is None or self.moved is None or self.moves is None or self.replicas is not None:
+            return ErrorCode.invalid_request  # nothing moves here (a replicated broker's partitions never do)
+        if not movable_topic(call.topic) or call.to == self.index or not 0 <= call.to < self.placement.workers:
+            return ErrorCode.invalid_request
+        found = self.resolve(*key)
+        if isinstance(found, ErrorCode):
+            return found
+        if (self.sources.others_recently(key, call.to)  # someone else writes it too: it stays
+                or found.log.config.compact  # the cleaner's thread works on this worker's logs
+                or found.txn_guards  # a transaction is under way on it
+                or found.log.producer_state.first_unstable_offset(found.log.log_end_offset) is not None
+                or not self.moves.has_room(*key, self.moved)):
+            return ErrorCode.reassignment_in_progress
+        return found
+
+    def _send_home(self, topic: str, partition: int) -> None:
+        """A deleted partition that had moved goes back to its hashed owner, with
+        nothing to adopt: a topic made again with its name starts empty there."""
+        if self.placement is None or self.moved is None or self.moves is None:
+            return
+        previous = self.moved.move(topic, partition)
+        home = partition_owner(topic, partition, self.placement.workers)
+        if previous is not None and previous.to != home:
+            self.moves.record(topic, partition, Move(previous.number + 1, home, 0, 0), self.moved)
+
+    def _moved_durable(self, topic: str, partition: int, end_offset: int) -> bool:
+        """The partition moved away from here after writing ``end_offset`` and fsyncing it (``Log.release``)."""
+        if self.moved is None:
+            return False
+        move = self.moved.move(topic, partition)
+        return move is not None and move.to != self.index and move.recovery_point >= end_offset
 
     # --- waits ----------------------------------------------------------------------------------
     async def wait_replicated(self, call: WaitReplicated) -> Replicated:
@@ -346,7 +429,9 @@ class Partitions:
                           durable_only: bool = False) -> ErrorCode:
         found = self.resolve(topic, partition)
         if isinstance(found, ErrorCode) or found.role not in (Role.LEADER, Role.STANDALONE):
-            return ErrorCode.not_leader_or_follower
+            # an acks=1 produce whose group commit the move to another worker fsynced has its answer
+            return ErrorCode.none if self._moved_durable(topic, partition, end_offset) else \
+                ErrorCode.not_leader_or_follower
         partition_log, epoch = found.log, found.leader_epoch
 
         def failed() -> bool:  # the fsync it waits for failed (the next tick tries again)

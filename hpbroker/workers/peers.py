@@ -30,6 +30,7 @@ import asyncio
 import contextvars
 import itertools
 import logging
+import re
 import socket
 import struct
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from hpbroker.protocol.framing import FrameReader
 from hpbroker.shared.payload_arena import ArenaReceiver, ArenaRef, ArenaSender, RefusedPayload
 from hpbroker.workers import eager, owner_calls
 from hpbroker.workers.owner_calls import Append, Batch, ChannelError, Failed, OwnerError
+from hpbroker.workers.partition_moves import CALLER
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,22 @@ class PeerUnavailable(Exception):
 
 def socket_name(broker_tag: str, worker: int) -> str:
     return f"\0hpbroker-{broker_tag}-worker-{worker}"
+
+
+def _client_name(broker_tag: str, worker: int, to: int) -> str:
+    """The name a worker's channel to worker ``to`` is bound to: its owner learns who calls."""
+    return f"{socket_name(broker_tag, worker)}-to-{to}"
+
+
+_CALLER_NAME = re.compile(rb"-worker-(\d+)-to-\d+$")
+
+
+def _caller(peername) -> int | None:
+    """The calling worker's index, from the name its channel is bound to (None: unnamed)."""
+    if isinstance(peername, str):
+        peername = peername.encode()
+    found = _CALLER_NAME.search(peername) if isinstance(peername, bytes) else None
+    return int(found.group(1)) if found else None
 
 
 def _frame(body: bytes) -> bytes:
@@ -195,9 +213,12 @@ class _Serving(_Channel):
         self._transport: asyncio.Transport | None = None
         self._answers: list[bytes] | None = None  # while a read's calls run: their answers, written together
         self._tasks: set[asyncio.Task] = set()  # calls that wait, held until they end (even if the peer goes)
+        self.caller = -2  # the calling worker (-2: it did not say): the owner counts who appends what
 
     def connection_made(self, transport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        caller = _caller(self._transport.get_extra_info("peername"))
+        self.caller = -2 if caller is None else caller
         self.server.channels.add(self)
 
     def _handle(self, frames: list[memoryview]) -> None:
@@ -227,7 +248,9 @@ class _Serving(_Channel):
             log.error("peer call refused: %s", exc)
             self._reply(call_id, Failed(ErrorCode.unknown_server_error, str(exc)))
             return
-        _, task = eager.start(self._answer(call_id, call), contextvars.copy_context())
+        context = contextvars.copy_context()
+        context.run(CALLER.set, self.caller)
+        _, task = eager.start(self._answer(call_id, call), context)
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -325,8 +348,9 @@ class PeerClient:
     """Sends owner calls to the other workers."""
 
     def __init__(self, broker_tag: str, arena: ArenaSender | None = None,
-                 counted: Callable[[str, int], None] = lambda path, size: None):
+                 counted: Callable[[str, int], None] = lambda path, size: None, index: int | None = None):
         self.broker_tag = broker_tag
+        self.index = index  # this worker's, named by its channels (None: they are unnamed)
         self.arena = arena
         self.counted = counted  # (path, bytes) of every payload sent: "arena" or "inline"
         self._connections: dict[int, _Connection] = {}
@@ -349,11 +373,18 @@ class PeerClient:
 
     async def _connect(self, worker: int) -> _Connection:
         loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_unix_connection(lambda: _Connection(self.arena), socket_name(self.broker_tag, worker)),
-                _CONNECT_TIMEOUT_S)
+            if self.index is not None:
+                try:
+                    sock.bind(_client_name(self.broker_tag, self.index, worker))
+                except OSError:  # still held by a channel of ours closing now: unnamed, as before
+                    pass
+            await asyncio.wait_for(loop.sock_connect(sock, socket_name(self.broker_tag, worker)), _CONNECT_TIMEOUT_S)
+            _, conn = await loop.create_unix_connection(lambda: _Connection(self.arena), sock=sock)
         except (OSError, asyncio.TimeoutError) as exc:
+            sock.close()
             raise PeerUnavailable(f"worker {worker} is not reachable: {exc}") from None
         self._connections[worker] = conn
         return conn

@@ -24,7 +24,7 @@ from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC, partition_owner
+from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
@@ -38,6 +38,7 @@ from hpbroker.workers.control_endpoint import ControlEndpoint
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.owners import LocalOwner, Owners
+from hpbroker.workers.partition_moves import Placement
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.peer_states import PeerStates
 from hpbroker.workers.peers import PeerClient, PeerServer
@@ -84,12 +85,18 @@ class Worker:
             self.topics = TopicRegistry(cfg.log_dirs, cfg.log, broker_id=cfg.broker_id,
                                         changes=TopicChanges(self.memory.topic_changes, self.index))
         self.publisher = Publisher(self.memory.partitions.writer(self.index))
+        # standalone partitions follow their one writer between workers; a cluster's stay where they hash
+        moving = self.link is None and cfg["partition.move.after.appends"] > 0
+        # the writer first: it finishes a record an earlier incarnation of this worker died writing, so the
+        # partitions this worker handed away are not among those it opens below
+        moves = self.memory.moves.writer(self.index) if moving else None
+        self.placement = Placement(self.workers, self.memory.moves.reader() if moving else None)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,
             retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
             checkpoint_interval_ms=cfg["log.flush.offset.checkpoint.interval.ms"],
-            owns=lambda topic, partition: partition_owner(topic, partition, self.workers) == self.index,
+            owns=lambda topic, partition: self.placement.owner(topic, partition) == self.index,
             manage_root=False,
             background_io=True,
             replicated=self.link is not None,
@@ -101,7 +108,8 @@ class Worker:
                                            current_image=self._current_image, publisher=self.publisher)
         self.payloads = self.memory.payloads.receiver()  # other workers' records, appended from where they lie
         self.partitions = Partitions(self.logs, self.topics, replicas=self.replicas, publisher=self.publisher,
-                                     payloads=self.payloads)
+                                     payloads=self.payloads, placement=self.placement, index=self.index,
+                                     moves=moves)
         in_cluster = self.replicas is not None
         self.groups = GroupCoordinator(self.partitions, self.topics, cfg, self.index, self.workers,
                                        leads=self.partitions.leads if in_cluster else None,
@@ -191,7 +199,7 @@ class Worker:
         self.partitions.group_flushes_on(loop)  # a turn's flush.messages fsyncs shared
         sender = self.memory.payloads.sender(self.index)
         LARGE_FRAMES.share(sender)  # large requests land in the arena: records for a peer go by reference
-        self.peers = PeerClient(self.broker_tag, sender, observe.peer_payload)
+        self.peers = PeerClient(self.broker_tag, sender, observe.peer_payload, index=self.index)
         self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.payloads)
         await self.peer_server.start()
         listener = self.config.advertised
@@ -202,10 +210,12 @@ class Worker:
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
                         self.config["offsets.topic.num.partitions"],
-                        self.config["transaction.state.log.num.partitions"])
+                        self.config["transaction.state.log.num.partitions"], placement=self.placement,
+                        move_after=self.config["partition.move.after.appends"])
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
-                                 producer_ids=producer_ids, partition_offsets=self.memory.partitions.reader())
+                                 producer_ids=producer_ids,
+                                 partition_offsets=self.memory.partitions.reader(owner_of=self.placement.owner))
         self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
                                  self.config.broker_id)

@@ -12,12 +12,14 @@ import kafka
 
 def produce_through_worker_kills(broker, topic: str, total: int, value_of: Callable[[str, int], bytes],
                                  partition_of: Callable[[str, int], int], *, linger_ms: int, pace_every: int,
-                                 pace_s: float, workers=(0, 1)) -> dict[str, set[bytes]]:
+                                 pace_s: float, workers=(0, 1),
+                                 before_kills: Callable[[], object] | None = None) -> dict[str, set[bytes]]:
     """librdkafka ("ck") and kafka-python ("kp"), both idempotent, each send
     ``total`` records (``value_of(client, i)`` to ``partition_of(client, i)``,
     resting ``pace_s`` every ``pace_every`` so that the kills land among the
     requests) while each of ``workers`` is SIGKILLed in turn, once librdkafka
-    has an acknowledgement. What each client had acknowledged when it was done."""
+    has an acknowledgement (and ``before_kills`` returned, when given). What
+    each client had acknowledged when it was done."""
     acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
     sending = threading.Event()
 
@@ -58,6 +60,8 @@ def produce_through_worker_kills(broker, topic: str, total: int, value_of: Calla
     for t in threads:
         t.start()
     assert sending.wait(60), "librdkafka acknowledged nothing"
+    if before_kills is not None:
+        before_kills()
     for worker in workers:
         broker.kill_worker(worker)
     for t in threads:
