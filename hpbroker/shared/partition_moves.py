@@ -96,11 +96,13 @@ class MovesReader:
 
     def any(self) -> bool:
         """Whether any partition was ever handed over (the common answer, no: one read of the counters)."""
-        self._refresh()
+        if self.memory[:self._stamp_bytes] != self._stamp:
+            self._refresh()
         return bool(self._latest)
 
     def move(self, topic: str, partition: int) -> Move | None:
-        self._refresh()
+        if self.memory[:self._stamp_bytes] != self._stamp:
+            self._refresh()
         if not self._latest:
             return None
         key = self._keys.get(topic)

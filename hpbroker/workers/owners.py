@@ -146,20 +146,27 @@ class Owners:
     async def ask(self, call, worker: int | None = None):
         """``call``'s result from its owner (or from ``worker``); never raises."""
         target = self.owner_of(call) if worker is None else worker
-        result = await self._ask(call, target)
-        if self.moving and isinstance(call, PARTITION_CALLS) and _refused(result):
+        try:
+            result = await self.owner(target).call(call)
+        except OwnerError as exc:
+            result = self._unanswered(call, exc)
+        if self.moving and type(call) is not Batch and _refused(result) and isinstance(call, PARTITION_CALLS):
             moved_to = self.placement.owner(call.topic, call.partition)
             if moved_to != target:  # it moved while the call was on its way: ask where it is now
                 result = await self._ask(call, moved_to)
         return result
 
+    @staticmethod
+    def _unanswered(call, exc: OwnerError):
+        if exc.error != ErrorCode.not_leader_or_follower and exc.error != ErrorCode.coordinator_not_available:
+            log.error("%s answered %s: %s", type(call).__name__, exc.error.name, exc)
+        return call.unanswered(exc.error)
+
     async def _ask(self, call, worker: int):
         try:
             return await self.owner(worker).call(call)
         except OwnerError as exc:
-            if exc.error != ErrorCode.not_leader_or_follower and exc.error != ErrorCode.coordinator_not_available:
-                log.error("%s answered %s: %s", type(call).__name__, exc.error.name, exc)
-            return call.unanswered(exc.error)
+            return self._unanswered(call, exc)
 
     async def ask_all(self, calls: list) -> list:
         """Each partition call's result, one ``Batch`` per owning worker, in the order of ``calls``."""
@@ -178,31 +185,36 @@ class Owners:
         if len(by_owner) == 1:  # the common case: one round trip, no task, the results in order already
             [worker] = by_owner
             results = list(cast(Batched, await self.ask(Batch(calls), worker)).results)
-            return await self._asked_again(calls, results, by_owner) if self.moving else results
-        results: list = [None] * len(calls)
+        else:
+            results: list = [None] * len(calls)
 
-        async def one(worker: int, indexes: list[int]) -> None:
-            batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
-            for i, result in zip(indexes, batched.results):
-                results[i] = result
+            async def one(worker: int, indexes: list[int]) -> None:
+                batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
+                for i, result in zip(indexes, batched.results):
+                    results[i] = result
 
-        await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
-        return await self._asked_again(calls, results, by_owner) if self.moving else results
+            await asyncio.gather(*(one(worker, indexes) for worker, indexes in by_owner.items()))
+        if self.moving and self.placement.moved():  # a refusal before any move was not a move's
+            again = self._moved_on(calls, results, by_owner)
+            if again is not None:  # once: a partition does not move twice in a round trip
+                for worker, indexes in again.items():
+                    batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
+                    for i, result in zip(indexes, batched.results):
+                        results[i] = result
+        return results
 
-    async def _asked_again(self, calls: list, results: list, by_owner: dict[int, list[int]]) -> list:
-        """``results`` with those of the calls whose partition moved on the way asked again where it went."""
-        again: dict[int, list[int]] = {}
+    def _moved_on(self, calls: list, results: list, by_owner: dict[int, list[int]]) -> dict[int, list[int]] | None:
+        """The calls refused by an owner the partition has left since, by where it is now (None: none)."""
+        again: dict[int, list[int]] | None = None
         for worker, indexes in by_owner.items():
             for i in indexes:
                 if _refused(results[i]):
                     moved_to = self.owner_of(calls[i])
                     if moved_to != worker:
+                        if again is None:
+                            again = {}
                         again.setdefault(moved_to, []).append(i)
-        for worker, indexes in again.items():  # once: a partition does not move twice in a round trip
-            batched = cast(Batched, await self.ask(Batch([calls[i] for i in indexes]), worker))
-            for i, result in zip(indexes, batched.results):
-                results[i] = result
-        return results
+        return again
 
     async def _ask_for(self, topic: str, partition: int, owner: int) -> bool:
         """Ask ``owner`` to hand the partition to this worker; whether it did."""

@@ -65,9 +65,14 @@ class Placement:
         self.workers = workers
         self.moves = moves  # None: nothing moves (cluster mode, tests, tools)
 
+    def moved(self) -> bool:
+        """Whether any partition has moved yet (until then the hash alone decides)."""
+        return self.moves is not None and self.moves.any()
+
     def owner(self, topic: str, partition: int) -> int:
-        if self.moves is not None and topic != OFFSETS_TOPIC and topic != TRANSACTION_TOPIC:
-            move = self.moves.move(topic, partition)
+        moves = self.moves
+        if moves is not None and moves.any() and topic != OFFSETS_TOPIC and topic != TRANSACTION_TOPIC:
+            move = moves.move(topic, partition)
             if move is not None:
                 return move.to
         return partition_owner(topic, partition, self.workers)

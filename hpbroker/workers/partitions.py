@@ -121,7 +121,8 @@ class Partitions:
             # no replica here: a partition of a known topic is another broker's
             return (ErrorCode.not_leader_or_follower if self.topics.get(topic) is not None
                     else ErrorCode.unknown_topic_or_partition)
-        if self.placement is not None and self.placement.owner(topic, partition) != self.index:
+        if (self.moved is not None and self.moved.any()  # until a first move, the hash decides, as routing did
+                and self.placement is not None and self.placement.owner(topic, partition) != self.index):
             return ErrorCode.not_leader_or_follower  # it moved to another worker (or was never here)
         partition_log = self._standalone_log(topic, partition)
         if partition_log is None:
