@@ -7,7 +7,8 @@ import os
 import signal
 import struct
 
-from hpbroker.shared.partition_moves import Move, MovesReader, PartitionMoves, topic_key
+from hpbroker.shared.partition_moves import Move, MovesReader, PartitionMoves
+from hpbroker.shared.partition_table import topic_key
 
 
 def to(reader: MovesReader, topic: str, partition: int) -> int | None:

@@ -17,10 +17,12 @@ Each region has a generation counter (all of them side by side at the head of
 the mapping, one read for all): odd while its worker writes a record, even
 otherwise.  A reader keeps what it built from all the regions
 with the counters it saw, and rebuilds only when one moved: a call routed
-while nothing moved costs one read of the counters.  A worker killed while
-writing leaves its counter odd; readers then keep what they last built, and
-its restarted incarnation finishes the count (``MovesWriter`` makes it even
-again) without touching the records, which stay true across its restart.
+while nothing moved costs one read of the counters.  A record is marked taken
+only once it is whole.  A worker killed while writing leaves its counter odd;
+readers then keep what they last built, and its restarted incarnation
+finishes the count (``MovesWriter`` makes it even again) without touching the
+records, which stay true across its restart (a half-written one was never
+marked taken).
 A record is stale once another record for its partition carries a higher
 number; its slot is then free for the next hand-over from that region.  The
 whole map dies with the broker: a broker started afresh opens every partition
@@ -30,12 +32,12 @@ usual).
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from typing import NamedTuple
 
 import numpy as np
 
+from hpbroker.shared.partition_table import topic_key
 from hpbroker.shared.region import anonymous
 
 SLOTS = 1024  # records per worker's region: partitions it handed over and that have not moved on since
@@ -52,10 +54,6 @@ class Move(NamedTuple):
     recovery_point: int  # fsynced below this when it was handed over
     log_start: int
 
-
-def topic_key(topic: str) -> tuple[int, int]:
-    """128 bits of the name, the same in every process (``hash()`` of a str is not)."""
-    return struct.unpack("<qq", hashlib.blake2b(topic.encode(), digest_size=16).digest())
 
 
 class PartitionMoves:
