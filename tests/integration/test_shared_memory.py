@@ -19,6 +19,9 @@ from tests.integration.test_metrics import scrape_when, value
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
 PARTITIONS = 4
+# these tests are about records crossing to another worker's partition: the partitions stay where their
+# hash puts them, rather than following clients that all landed on one worker (workers/partition_moves.py)
+CROSSING = {"partition.move.after.appends": "0"}
 
 
 def _watermarks(consumer: ck.Consumer, topic: str) -> list[int]:
@@ -140,8 +143,8 @@ def test_records_for_another_workers_partitions_arrive_whole_through_the_arena(b
     requests' records where the connection received them, small ones copied
     into a slot."""
     port = free_port()
-    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}"},
-                            num_workers=2)
+    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}",
+                             **CROSSING}, num_workers=2)
     topic = topic_name("shm-arena")
     sent = {i: _value(i) for i in range(400)}
     sent.update({i: b"small %d" % i for i in range(400, 420)})  # requests small enough for the connection's scratch
@@ -177,8 +180,8 @@ def test_records_sent_by_reference_survive_worker_kills(broker_factory):
     received) while one worker and then the other is SIGKILLed: every record
     either acknowledged is in the log whole, and none twice."""
     port = free_port()
-    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}"},
-                            num_workers=2)
+    broker = broker_factory({"num.partitions": str(PARTITIONS), "metrics.listen": f"127.0.0.1:{port}",
+                             **CROSSING}, num_workers=2)
     topic = topic_name("shm-kill")
     total = 3000
     acked = produce_through_worker_kills(broker, topic, total, _large_value, lambda _, i: i % PARTITIONS,
