@@ -55,7 +55,6 @@ class Move(NamedTuple):
     log_start: int
 
 
-
 class PartitionMoves:
     """Made by the acceptor before its first fork; each worker takes ``writer(its index)`` and ``reader()``."""
 
@@ -116,9 +115,8 @@ class MovesReader:
         return 0 if found is None else found.number
 
     def _refresh(self) -> None:
+        """Rebuild from every region (the callers saw a generation move)."""
         stamp = self.memory[:self._stamp_bytes]
-        if stamp == self._stamp:
-            return
         latest: dict[tuple[int, int, int], Move] = {}
         whole = True
         for worker in range(self.moves.workers):

@@ -70,9 +70,8 @@ class Placement:
         return self.moves is not None and self.moves.any()
 
     def owner(self, topic: str, partition: int) -> int:
-        moves = self.moves
-        if moves is not None and moves.any() and topic != OFFSETS_TOPIC and topic != TRANSACTION_TOPIC:
-            move = moves.move(topic, partition)
+        if self.moves is not None and movable_topic(topic):
+            move = self.moves.move(topic, partition)  # None at once while nothing ever moved
             if move is not None:
                 return move.to
         return partition_owner(topic, partition, self.workers)
