@@ -1,6 +1,7 @@
 """Offset and time index files: byte layout, and lookups against a sorted-list model."""
 
 import bisect
+import os
 import struct
 
 from hypothesis import given, settings, strategies as st
@@ -28,6 +29,7 @@ def test_offset_index_lookup_matches_bisect(tmp_path_factory, gaps, probes):
     for probe in probes:
         i = bisect.bisect_right(offsets, probe) - 1
         assert index.lookup(probe) == (positions[i] if i >= 0 else 0)
+    index.flush()
     with open(path, "rb") as f:
         raw = f.read()
     assert raw == b"".join(struct.pack(">ii", o - BASE, p) for o, p in zip(offsets, positions))
@@ -56,8 +58,27 @@ def test_time_index_keeps_increasing_timestamps_and_looks_up_the_floor(tmp_path_
     for probe in probes:
         i = bisect.bisect_right(model_ts, probe) - 1
         assert index.lookup(probe) == ((model_ts[i], model_off[i]) if i >= 0 else (-1, BASE))
+    index.flush()
     with open(path, "rb") as f:
         assert f.read() == b"".join(struct.pack(">qi", t, o - BASE) for t, o in zip(model_ts, model_off))
+
+
+def test_entries_reach_the_file_together_and_a_truncate_cuts_what_was_written(tmp_path):
+    path = str(tmp_path / "00000000000000001000.index")
+    index = OffsetIndex(path, BASE, 1024)
+    for i in range(4):
+        index.append(BASE + 10 * (i + 1), 100 * (i + 1))
+    assert os.path.getsize(path) == 0  # until a flush, a close or a roll asks for them
+    assert index.lookup(BASE + 25) == 200
+    index.flush()
+    assert os.path.getsize(path) == 4 * 8
+    index.append(BASE + 50, 500)
+    index.truncate_to(BASE + 30)  # one entry in the file goes, and the one only in memory
+    assert index.keys().tolist() == [10, 20]
+    assert os.path.getsize(path) == 2 * 8
+    index.append(BASE + 35, 350)
+    index.close()
+    assert OffsetIndex(path, BASE, 1024).keys().tolist() == [10, 20, 35]
 
 
 def test_index_full_is_reported(tmp_path):

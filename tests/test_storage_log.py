@@ -248,6 +248,7 @@ def test_reopen_after_close_keeps_everything(tmp_path):
     for i in range(30):
         log.append(make_batch(2, timestamp=T0 + i))
     before = read_all(log)
+    log.flush()  # index entries reach the files at a flush or a close
     index_bytes = open(log.segments[0].offset_index.path, "rb").read()
     log.close()
     again = Log.open(log.directory, "events", 0, log.config, recovery_point=60, clean_shutdown=True)

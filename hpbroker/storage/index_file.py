@@ -6,13 +6,25 @@ Kafka shutdown may still carry zero padding, which ``load`` cuts off).  The
 entries are mirrored in native int64 numpy arrays, loaded on first use, so a
 lookup is one ``searchsorted``.
 
+New entries go to the arrays at once and to the file at the next ``flush``
+or ``close`` (``write_entries``), in one ``write``: an entry per produced
+batch, each its own system call, cost as much as appending the batch.  An
+index file is no more than a hint to anyone who reads it while the segment
+grows (Kafka's is preallocated and zero-filled past its last entry); a
+process killed before writing its entries leaves a shorter index, and every
+segment not yet flushed is rebuilt by recovery at the next start anyway.
+
 A subclass declares ``DTYPE`` (a structured big-endian dtype with fields
 ``key`` and ``value``).
 """
 
+import logging
 import os
+import threading
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 class IndexCorruptError(ValueError):
@@ -32,6 +44,9 @@ class IndexFile:
         self._keys = None  # int64 arrays with spare capacity; None until loaded
         self._values = None
         self._count = 0
+        self._written = 0  # entries in the file; the rest are only in the arrays
+        # a background flush writes entries beside the loop thread appending more
+        self._write_lock = threading.Lock()
         # written since the last fsync: a flush of an unchanged index (most of
         # them: an entry goes in only every index.interval.bytes) is skipped.
         # At first maybe (a predecessor killed before its fsync left pages only
@@ -55,7 +70,7 @@ class IndexFile:
         self._values = np.zeros(capacity, np.int64)
         self._keys[:count] = keys[:count]
         self._values[:count] = values[:count]
-        self._count = count
+        self._count = self._written = count
 
     @staticmethod
     def _valid_prefix(keys: np.ndarray, values: np.ndarray) -> int:
@@ -111,20 +126,43 @@ class IndexFile:
         if self._count == len(self._keys):
             self._keys = np.concatenate([self._keys, np.zeros_like(self._keys)])
             self._values = np.concatenate([self._values, np.zeros_like(self._values)])
-        entry = np.array([(key, value)], dtype=self.DTYPE)
         self._dirty = True
-        os.write(self._fd, entry.tobytes())
         self._keys[self._count] = key
         self._values[self._count] = value
-        self._count += 1
+        self._count += 1  # last: a writer on another thread reads the count before the arrays
+
+    def write_entries(self) -> None:
+        """Write the entries only the arrays hold to the file, in one call."""
+        with self._write_lock:
+            count = self._count
+            if count <= self._written:
+                return
+            keys, values = self._keys, self._values
+            assert keys is not None and values is not None
+            entries = np.empty(count - self._written, dtype=self.DTYPE)
+            entries["key"] = keys[self._written:count]
+            entries["value"] = values[self._written:count]
+            data = entries.tobytes()
+            done = 0
+            try:
+                while done < len(data):
+                    done += os.write(self._fd, data[done:])
+            except OSError:
+                if done:  # no torn entry for the next write to follow
+                    os.ftruncate(self._fd, self._written * self.DTYPE.itemsize)
+                raise
+            self._written = count
 
     def truncate_entries(self, count: int) -> None:
         """Keep the first ``count`` entries."""
         self._load()
-        if count < self._count:
-            self._count = count
-            self._dirty = True
-            os.ftruncate(self._fd, count * self.DTYPE.itemsize)
+        with self._write_lock:
+            if count < self._count:
+                self._count = count
+                self._dirty = True
+            if count < self._written:
+                self._written = count
+                os.ftruncate(self._fd, count * self.DTYPE.itemsize)
 
     def reset(self) -> None:
         self.truncate_entries(0)
@@ -132,10 +170,22 @@ class IndexFile:
     def flush(self) -> None:
         if self._dirty:
             self._dirty = False  # before the fsync: a write during it is left for the next flush
-            os.fsync(self._fd)
+            try:
+                self.write_entries()
+                os.fsync(self._fd)
+            except OSError:
+                self._dirty = True
+                raise
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._fd < 0:
+            return
+        try:
+            if not self.read_only:
+                self.write_entries()
+        except OSError as exc:  # a shorter index is still a valid one: lookups scan further
+            log.warning("%s: could not write the last index entries: %s", self.path, exc)
+        finally:
             os.close(self._fd)
             self._fd = -1
 

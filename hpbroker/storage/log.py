@@ -669,6 +669,10 @@ class Log:
             return old
         self.write()
         old.seal_time_index()
+        try:
+            old.write_index_entries()  # whole on disk now for readers of the files
+        except OSError as exc:  # the flush this roll asks for writes them again
+            log.warning("%s: could not write the index entries of segment %d: %s", self._name, old.base_offset, exc)
         segment = self._new_segment(self._log_end_offset, now_ms())
         with self._lock:
             self._set_segments(self._segments + (segment,))
@@ -1101,6 +1105,8 @@ class Log:
         self._settle_flush_job()  # a roll's fsync under way uses the segments' descriptors
         if self._flush_owed_to > self._flushed_offset:
             self.flush(self._flush_owed_to)
+        for segment in self._segments:  # a failure here leaves the log open, and still this worker's
+            segment.write_index_entries()
         self._close_files()
 
     def _close_files(self) -> None:

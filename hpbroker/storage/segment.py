@@ -485,6 +485,11 @@ class LogSegment:
     def paths(self) -> list[str]:
         return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
+    def write_index_entries(self) -> None:
+        """Write the index entries kept in memory (``IndexFile.write_entries``), without an fsync."""
+        self.offset_index.write_entries()
+        self.time_index.write_entries()
+
     def close(self) -> None:
         self._map, self._view = None, _EMPTY
         self.offset_index.close()
