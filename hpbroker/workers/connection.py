@@ -25,6 +25,7 @@ import collections
 import contextvars
 import logging
 import os
+import socket
 import time
 from typing import IO, cast
 
@@ -41,7 +42,7 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.workers import affinity, eager, observe
+from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 
@@ -89,11 +90,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.on_close = on_close
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
         self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
+        self.source = partition_moves.connection_source()  # who appends, to the partitions' owners
         self.reader = FrameReader(ctx.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue = asyncio.Queue()
         self.queued_bytes = 0  # of the frames in ``queue``
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
         self.sock_fd = -1
+        self.sock = None  # the transport's socket, for TCP_CORK around file answers (None: not to be corked)
         self.peer = "?"
         self.paused = False
         self.holding = False  # reading paused at a frame boundary until the connection moves (``_hold_to_move``)
@@ -119,7 +122,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # --- asyncio.BufferedProtocol ---------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # a stream socket's
-        self.sock_fd = transport.get_extra_info("socket").fileno()  # for sendfile straight to it
+        self.sock = transport.get_extra_info("socket")
+        self.sock_fd = self.sock.fileno()  # for sendfile straight to it
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.context.run(self._enter)
@@ -128,6 +132,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _enter(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
         affinity.ROUTE.set(self.route)
+        partition_moves.CALLER.set(self.source)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.reader.get_buffer()
@@ -491,22 +496,48 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return response
         return [encode_response(header, response)]
 
+    def _cork(self, pieces) -> bool:
+        """Hold what is written in the socket until ``_uncork`` (TCP_CORK) when
+        an answer mixes headers with file regions, so a header leaves in one
+        segment with the records after it rather than alone: on loopback each
+        segment wakes the reader, and its receive runs in the sender's time."""
+        if self.sock is None or len(pieces) < 2 or not any(isinstance(p, FileRegion) for p in pieces):
+            return False
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:  # not TCP after all (a test's socket pair): never again
+            self.sock = None
+            return False
+        return True
+
+    def _uncork(self) -> None:
+        if self.sock is not None and not self.transport.is_closing():
+            try:
+                self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # sends what it held
+            except OSError:
+                pass  # the connection is gone: its own error comes from the next write
+
     async def _write(self, pieces) -> None:
-        for piece in pieces:
-            if isinstance(piece, FileRegion):
-                sent = self._sendfile_now(piece)
-                if sent < piece.size:
-                    region = cast(IO[bytes], _RegionFile(piece.fd))  # what sendfile calls on a file, and no more
-                    sent += await asyncio.get_running_loop().sendfile(self.transport, region, piece.position + sent,
-                                                                      piece.size - sent, fallback=False)
+        corked = self._cork(pieces)
+        try:
+            for piece in pieces:
+                if isinstance(piece, FileRegion):
+                    sent = self._sendfile_now(piece)
                     if sent < piece.size:
-                        # the file ends before the region (cut since it was located): the size
-                        # prefix already promised those bytes, so the stream cannot go on
-                        raise ConnectionError(f"a segment file ended {piece.size - sent} bytes into an answer")
-                    if self.paused or self.draining or self.holding:
-                        self.transport.pause_reading()  # sendfile resumed reading behind our back
-                self.ctx.bytes_out += piece.size
-            else:
-                self.transport.write(piece)
-                self.ctx.bytes_out += len(piece)
+                        region = cast(IO[bytes], _RegionFile(piece.fd))  # what sendfile calls on a file, and no more
+                        sent += await asyncio.get_running_loop().sendfile(
+                            self.transport, region, piece.position + sent, piece.size - sent, fallback=False)
+                        if sent < piece.size:
+                            # the file ends before the region (cut since it was located): the size
+                            # prefix already promised those bytes, so the stream cannot go on
+                            raise ConnectionError(f"a segment file ended {piece.size - sent} bytes into an answer")
+                        if self.paused or self.draining or self.holding:
+                            self.transport.pause_reading()  # sendfile resumed reading behind our back
+                    self.ctx.bytes_out += piece.size
+                else:
+                    self.transport.write(piece)
+                    self.ctx.bytes_out += len(piece)
+        finally:
+            if corked:
+                self._uncork()
         await self.writable.wait()  # a slow reader: the transport asked us to pause
