@@ -14,7 +14,7 @@ from hpbroker.server.ownership import partition_owner
 from hpbroker.shared.partition_moves import PartitionMoves
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.owner_calls import Append, DeletePartition, Locate, MovePartition, WaitReplicated
-from hpbroker.workers.partition_moves import CALLER, Placement
+from hpbroker.workers.partition_moves import CALLER, Placement, connection_source
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.topics import TopicRegistry
 
@@ -34,7 +34,8 @@ class Worker:
                                      moves=moves.writer(index))
 
     def append(self, records: bytearray, caller: int = -1):
-        """An append as if from worker ``caller``'s connection (-1: this worker's own)."""
+        """An append as if from worker ``caller``'s connection (-1: this worker's own; below -2: a client
+        connection of this worker, ``connection_source``)."""
         token = CALLER.set(caller)
         try:
             return self.partitions.produce(Append(TOPIC, 0, records))
@@ -90,6 +91,21 @@ def test_the_owner_keeps_a_partition_someone_else_wrote_lately(workers):
     # nor to itself, nor to a worker that does not exist
     assert home.partitions.move_partition(MovePartition(TOPIC, 0, HOME)).error == ErrorCode.invalid_request
     assert home.partitions.move_partition(MovePartition(TOPIC, 0, 5)).error == ErrorCode.invalid_request
+
+
+def test_a_connection_that_left_no_longer_keeps_the_partition(workers):
+    """A client connection that wrote the partition here and then moved to the
+    other worker (or closed) stops counting: the other worker, now its only
+    writer, gets the partition at once rather than after ``QUIET_S``."""
+    home = workers[HOME]
+    mine = connection_source()
+    assert home.append(bytearray(encode_batch([Record(0, 0, None, b"here")])), caller=mine).error == ErrorCode.none
+    assert home.append(bytearray(encode_batch([Record(0, 0, None, b"there")])), caller=OTHER).error == ErrorCode.none
+    refused = home.partitions.move_partition(MovePartition(TOPIC, 0, OTHER))
+    assert refused.error == ErrorCode.reassignment_in_progress, "the connection still here writes it too"
+    home.partitions.sources.left(mine)
+    assert home.partitions.move_partition(MovePartition(TOPIC, 0, OTHER)).error == ErrorCode.none
+    assert home.placement.owner(TOPIC, 0) == OTHER
 
 
 def test_a_partition_with_an_open_transaction_stays(workers):

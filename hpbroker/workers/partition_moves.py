@@ -15,8 +15,9 @@ moves instead, when nobody else writes it:
   they are written first and the held ones follow them to the new owner: the
   order of a connection's batches is kept.
 * The owner (``Partitions.move_partition``) agrees only when no one but the
-  asker appended to the partition for ``QUIET_S`` (``AppendSources``: its own
-  connections and every other worker count), it is a standalone partition of
+  asker appended to the partition for ``QUIET_S`` (``AppendSources``: each of
+  its own connections, while it is open here, and every other worker count),
+  it is a standalone partition of
   a topic that is neither internal nor compacted, and no transaction is open
   on it.  It closes the log without an fsync, records the hand-over in the
   shared ``PartitionMoves`` (with the recovery point the new owner opens it
@@ -37,6 +38,7 @@ topics, whose owners the coordinators compute from the hash.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from contextvars import ContextVar
@@ -46,11 +48,20 @@ from hpbroker.shared.partition_moves import MovesReader
 
 log = logging.getLogger(__name__)
 
-# the worker whose call is being answered: a peer's index (set by the peer channel), -1 for this worker's own
+# who appends: a peer's index (set by the peer channel), -2 an unnamed peer, a client connection
+# of this worker its own number below that (``connection_source``), -1 this worker itself
 CALLER: ContextVar[int] = ContextVar("caller", default=-1)
+_CONNECTION_SOURCES = itertools.count(3)
 
 QUIET_S = 10.0  # nobody else appended for this long: the partition may go to its one writer
 RETRY_AFTER_S = 10.0  # after a refusal, before the asker counts again
+
+
+def connection_source() -> int:
+    """A new client connection's ``CALLER``: its appends count apart from the
+    worker's other connections', and stop counting once it closes or moves
+    away (``AppendSources.left``)."""
+    return -next(_CONNECTION_SOURCES)
 
 
 def movable_topic(topic: str) -> bool:
@@ -97,6 +108,12 @@ class AppendSources:
 
     def forget(self, key: tuple[str, int]) -> None:
         self._last.pop(key, None)
+
+    def left(self, source: int) -> None:
+        """A connection closed or moved to another worker: what it appended
+        here no longer keeps a partition here (it may now be what asks)."""
+        for sources in self._last.values():
+            sources.pop(source, None)
 
 
 class MoveRequests:

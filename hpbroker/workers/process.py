@@ -325,6 +325,7 @@ class Worker:
         if connection in self.connections:
             self.connections.discard(connection)
             self.endpoint.send(Kind.CLOSED)
+            self.partitions.sources.left(connection.source)
 
     async def _drain(self, report: bool = False) -> None:
         """First half of a stop: no more requests; the ones in flight finish
