@@ -45,6 +45,7 @@ class IndexFile:
         self._values = None
         self._count = 0
         self._written = 0  # entries in the file; the rest are only in the arrays
+        self._last: tuple[int, int] | None = None  # the last entry as ints, asked on every append
         # a background flush writes entries beside the loop thread appending more
         self._write_lock = threading.Lock()
         # written since the last fsync: a flush of an unchanged index (most of
@@ -71,6 +72,7 @@ class IndexFile:
         self._keys[:count] = keys[:count]
         self._values[:count] = values[:count]
         self._count = self._written = count
+        self._last = (int(keys[count - 1]), int(values[count - 1])) if count else None
 
     @staticmethod
     def _valid_prefix(keys: np.ndarray, values: np.ndarray) -> int:
@@ -104,10 +106,7 @@ class IndexFile:
 
     def last_entry(self) -> tuple[int, int] | None:
         self._load()
-        assert self._keys is not None and self._values is not None
-        if self._count == 0:
-            return None
-        return int(self._keys[self._count - 1]), int(self._values[self._count - 1])
+        return self._last
 
     def floor(self, key: int) -> int:
         """Index of the last entry whose key is <= key, or -1."""
@@ -117,10 +116,8 @@ class IndexFile:
     def _append(self, key: int, value: int) -> None:
         self._load()
         assert self._keys is not None and self._values is not None
-        if self._count and key <= self._keys[self._count - 1]:
-            raise IndexCorruptError(
-                f"{self.path}: entry key {key} is not above the last {self._keys[self._count - 1]}"
-            )
+        if self._last is not None and key <= self._last[0]:
+            raise IndexCorruptError(f"{self.path}: entry key {key} is not above the last {self._last[0]}")
         if self._count >= self.max_entries:
             raise IndexCorruptError(f"{self.path}: index is full ({self.max_entries} entries)")
         if self._count == len(self._keys):
@@ -129,6 +126,7 @@ class IndexFile:
         self._dirty = True
         self._keys[self._count] = key
         self._values[self._count] = value
+        self._last = (key, value)
         self._count += 1  # last: a writer on another thread reads the count before the arrays
 
     def write_entries(self) -> None:
@@ -160,6 +158,8 @@ class IndexFile:
             if count < self._count:
                 self._count = count
                 self._dirty = True
+                assert self._keys is not None and self._values is not None
+                self._last = (int(self._keys[count - 1]), int(self._values[count - 1])) if count else None
             if count < self._written:
                 self._written = count
                 os.ftruncate(self._fd, count * self.DTYPE.itemsize)
