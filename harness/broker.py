@@ -32,12 +32,22 @@ class BrokerError(AssertionError):
     pass
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now (the broker binds it next;
-    a clash is possible but rare, and start() reports it plainly)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    a clash with another process is possible but rare, and start() reports
+    it plainly).  Never one this process handed out before: brokers made
+    together bind theirs only later, and the kernel may offer a port twice
+    meanwhile (a cluster's third broker once got its second's)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
