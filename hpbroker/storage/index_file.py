@@ -6,8 +6,9 @@ Kafka shutdown may still carry zero padding, which ``load`` cuts off).  The
 entries are mirrored in native int64 numpy arrays, loaded on first use, so a
 lookup is one ``searchsorted``.
 
-New entries go to the arrays at once and to the file at the next ``flush``
-or ``close`` (``write_entries``), in one ``write``: an entry per produced
+New entries go to the arrays at once and to the file in one ``write`` at
+the next ``flush`` or ``close``, or when the log rolls the segment or hands
+the partition to another worker (``write_entries``): an entry per produced
 batch, each its own system call, cost as much as appending the batch.  An
 index file is no more than a hint to anyone who reads it while the segment
 grows (Kafka's is preallocated and zero-filled past its last entry); a
