@@ -8,8 +8,10 @@
    acks=1 on the same cluster (which separates waiting for followers from
    the rest).  Same client settings, record sizes and partition count (3).
    Throughput: as many records as the client can queue (batching as
-   bench/e2e.py), with the brokers' CPU and minor page faults (pages they
-   touched for the first time) per byte; each throughput phase starts after
+   bench/e2e.py), timed to the producer's flush, with the brokers' CPU and
+   minor page faults (pages they touched for the first time) per byte, read
+   once every replica holds the same bytes (acks=1's followers may still be
+   catching up at the flush); each throughput phase starts after
    the same write-and-delete of memory (``bench/memory_probe.py``), so none
    pays the host's first touches for its place.  Latency: produce() to delivery
    callback, paced at a fixed rate of records/s with linger.ms=1, the first
