@@ -93,12 +93,17 @@ class AppendSources:
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self._last: dict[tuple[str, int], dict[int, float]] = {}
+        # the partitions each source appended to, so that one leaving costs its own partitions' worth
+        self._keys_of: dict[int, set[tuple[str, int]]] = {}
 
     def saw(self, key: tuple[str, int]) -> None:
         sources = self._last.get(key)
         if sources is None:
             sources = self._last[key] = {}
-        sources[CALLER.get()] = self.clock()
+        source = CALLER.get()
+        if source not in sources:
+            self._keys_of.setdefault(source, set()).add(key)
+        sources[source] = self.clock()
 
     def others_recently(self, key: tuple[str, int], asker: int) -> bool:
         """Whether anyone but ``asker`` appended to the partition in the last ``QUIET_S``."""
@@ -106,13 +111,18 @@ class AppendSources:
         return any(source != asker and now - at < QUIET_S for source, at in self._last.get(key, {}).items())
 
     def forget(self, key: tuple[str, int]) -> None:
-        self._last.pop(key, None)
+        for source in self._last.pop(key, {}):
+            keys = self._keys_of.get(source)
+            if keys is not None:
+                keys.discard(key)
 
     def left(self, source: int) -> None:
         """A connection closed or moved to another worker: what it appended
         here no longer keeps a partition here (it may now be what asks)."""
-        for sources in self._last.values():
-            sources.pop(source, None)
+        for key in self._keys_of.pop(source, ()):
+            sources = self._last.get(key)
+            if sources is not None:
+                sources.pop(source, None)
 
 
 class MoveRequests:
