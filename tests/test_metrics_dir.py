@@ -37,3 +37,20 @@ def test_prepare_names_the_directory_after_the_acceptor(monkeypatch, tmp_path):
         assert os.environ[metrics_dir.ENV] == path
     finally:
         metrics_dir.cleanup(path)
+
+
+def test_a_samples_file_a_process_has_only_just_created_does_not_fail_the_scrape(monkeypatch, tmp_path):
+    """A worker's first sample of a kind creates its file empty and sizes it a
+    moment later; a scrape in between used to raise (and took the acceptor with it)."""
+    from prometheus_client import values
+
+    from hpbroker.server import metrics
+
+    monkeypatch.setenv(metrics_dir.ENV, str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    value_of_pid_4242 = values.MultiProcessValue(lambda: 4242)
+    value = value_of_pid_4242("counter", "hpbroker_probe", "hpbroker_probe_total", (), (), "a probe")
+    value.inc(3)
+    (tmp_path / "counter_4243.db").write_bytes(b"")  # created, not yet sized
+    text = metrics.render().decode()
+    assert "hpbroker_probe_total 3.0" in text

@@ -56,8 +56,13 @@ class MetricsEndpoint:
 
         line = request.split(b"\r\n", 1)[0].split()
         if len(line) >= 2 and line[0] == b"GET" and line[1].split(b"?")[0] in (b"/metrics", b"/"):
-            body, status = metrics.render(), b"200 OK"
-            kind = b"text/plain; version=0.0.4; charset=utf-8"
+            try:
+                body, status = metrics.render(), b"200 OK"
+                kind = b"text/plain; version=0.0.4; charset=utf-8"
+            except Exception:  # a scrape must never take the acceptor down: this one fails alone
+                log.exception("rendering /metrics failed")
+                body, status = b"metrics could not be read; see the broker's log\n", b"500 Internal Server Error"
+                kind = b"text/plain"
         else:
             body, status, kind = b"not found: try /metrics\n", b"404 Not Found", b"text/plain"
         head = (b"HTTP/1.0 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"

@@ -6,11 +6,12 @@ module is first imported), and the acceptor's ``/metrics`` reads them all.
 Gauges of a process that died are dropped (``mark_dead``), counters kept.
 """
 
+import glob
 import math
 import os
 from collections.abc import Sequence
 
-from prometheus_client import Counter, Gauge, values
+from prometheus_client import Counter, Gauge, multiprocess, values
 from prometheus_client.utils import floatToGoString
 
 from hpbroker.server.metrics_dir import ENV
@@ -91,13 +92,30 @@ def mark_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
+class _SettledFilesCollector(multiprocess.MultiProcessCollector):
+    """prometheus-client's collector, but for the files a process has only
+    just created: empty until that process sizes and maps them, they failed
+    the whole scrape (a worker's first sample of a kind races every scrape),
+    and the exception took the acceptor down."""
+
+    def collect(self):
+        files = []
+        for path in glob.glob(os.path.join(self._path, "*.db")):
+            try:
+                if os.path.getsize(path) >= 8:  # its used-bytes header is there
+                    files.append(path)
+            except FileNotFoundError:  # a dead process's, removed meanwhile
+                pass
+        return self.merge(files, accumulate=True)
+
+
 def render() -> bytes:
     """The exposition text of every process's samples."""
-    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+    from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry()
     if os.environ.get(ENV):
-        multiprocess.MultiProcessCollector(registry)
+        _SettledFilesCollector(registry)
     else:
         from prometheus_client import REGISTRY as registry
     return generate_latest(registry)
