@@ -86,8 +86,6 @@ PARTITIONS_MOVED = Counter("hpbroker_partitions_moved",
 
 
 def mark_dead(pid: int) -> None:
-    from prometheus_client import multiprocess
-
     if os.environ.get(ENV):
         multiprocess.mark_process_dead(pid)
 
