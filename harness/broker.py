@@ -205,10 +205,16 @@ class Broker:
             raise
         return self
 
-    def _ready(self) -> bool:
+    def still_starting(self) -> bool:
+        """True, or BrokerError with its log when the process exited (its port taken, say)."""
         assert self.proc is not None, "not started"
         if self.proc.poll() is not None:
-            raise BrokerError(f"broker exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
+            raise BrokerError(f"broker on {self.bootstrap} exited with {self.proc.returncode} while starting:\n"
+                              f"{self.log_tail()}")
+        return True
+
+    def _ready(self) -> bool:
+        self.still_starting()
         with entered(self.netns):
             return metadata_ping(self.host, self.port, timeout=1.0)
 

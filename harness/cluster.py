@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-from harness.broker import Broker, BrokerError, children
+from harness.broker import Broker, children
 from harness.waiting import wait_for
 from hpbroker.cluster import session, znodes
 
@@ -56,19 +56,11 @@ class Cluster:
                 broker.start(wait=False)
             for broker_id, broker in self.brokers.items():
                 wait_for(broker._ready, WAIT_S, f"broker {broker_id} to answer")
-            wait_for(lambda: self._all_running() and self.registered() == set(self.brokers), WAIT_S,
-                     "every broker to register")
+            wait_for(lambda: all(b.still_starting() for b in self.brokers.values())
+                     and self.registered() == set(self.brokers), WAIT_S, "every broker to register")
         except BaseException:
             self.close()
             raise
-
-    def _all_running(self) -> bool:
-        """True, or BrokerError with its log when a broker exited (its port taken, say)."""
-        for broker_id, broker in self.brokers.items():
-            if broker.proc is not None and broker.proc.poll() is not None:
-                raise BrokerError(f"broker {broker_id} exited with {broker.proc.returncode} while starting:\n"
-                                  f"{broker.log_tail()}")
-        return True
 
     def start(self, broker_id: int) -> None:
         self.brokers[broker_id].start(timeout=WAIT_S)

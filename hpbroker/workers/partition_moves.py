@@ -18,10 +18,11 @@ moves instead, when nobody else writes it:
   asker appended to the partition for ``QUIET_S`` (``AppendSources``: each of
   its own connections, while it is open here, and every other worker count),
   it is a standalone partition of a topic that is neither internal nor
-  compacted, and no transaction is open on it.  It closes the log without an fsync, records the hand-over in the
-  shared ``PartitionMoves`` (with the recovery point the new owner opens it
-  with), withdraws it from the partition table and wakes the long polls on
-  it, which look again where it went.
+  compacted, and no transaction is open on it.  It closes the log without
+  an fsync, records the hand-over in the shared ``PartitionMoves`` (with the
+  recovery point the new owner opens it with), withdraws it from the
+  partition table and wakes the long polls on it, which look again where it
+  went.
 * Every worker routes by ``Placement``: the hashed owner, or the one the
   latest hand-over names.  A call that reached the old owner after it let go
   is answered NOT_LEADER_OR_FOLLOWER there and asked again of the new one
