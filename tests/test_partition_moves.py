@@ -14,7 +14,7 @@ from hpbroker.server.ownership import partition_owner
 from hpbroker.shared.partition_moves import PartitionMoves
 from hpbroker.storage import LogConfig, LogManager
 from hpbroker.workers.owner_calls import Append, DeletePartition, Locate, MovePartition, WaitReplicated
-from hpbroker.workers.partition_moves import CALLER, Placement, connection_source
+from hpbroker.workers.partition_moves import CALLER, MoveRequests, Placement, connection_source
 from hpbroker.workers.partitions import Partitions
 from hpbroker.workers.topics import TopicRegistry
 
@@ -149,3 +149,28 @@ def test_a_deleted_partition_that_moved_goes_home_empty(workers):
     assert home.placement.owner(TOPIC, 0) == HOME
     move = home.placement.moves.move(TOPIC, 0)
     assert move is not None and (move.to, move.recovery_point, move.log_start) == (HOME, 0, 0)
+
+
+def test_a_refused_asker_asks_again_soon_then_ever_less_often():
+    """Half a second after the first refusal, twice as long after each next one
+    (up to ``RETRY_AFTER_S``), and after a grant from the start again."""
+    now = [0.0]
+    answers: list[bool] = []
+    asked_at: list[float] = []
+
+    async def ask(_topic, _partition, _owner) -> bool:
+        asked_at.append(now[0])
+        return answers.pop(0)
+
+    async def scenario() -> None:
+        requests = MoveRequests(after=1, ask=ask, clock=lambda: now[0])
+        answers.extend([False] * 7 + [True, False])
+        for _ in range(400):  # one forwarded append every 0.25 s of the clock
+            requests.forwarded(TOPIC, 0, OTHER)
+            await requests.held([(TOPIC, 0)])
+            now[0] += 0.25
+            if not answers:
+                break
+
+    asyncio.run(scenario())
+    assert [b - a for a, b in zip(asked_at, asked_at[1:])] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 0.25]

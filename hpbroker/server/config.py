@@ -111,6 +111,10 @@ BROKER_KEYS = {
     # a standalone partition moves to the worker that forwarded this many appends
     # to it, when nobody else wrote it of late; 0: never (workers/partition_moves.py)
     "partition.move.after.appends": (int, 16),
+    # connections whose writes span several workers' partitions gather on one worker (and the
+    # partitions follow them) while all workers' CPU together is under this share of one core;
+    # 0: never (workers/affinity.py)
+    "connection.gather.max.cpu.percent": (int, 150),
     "metrics.listen": (str, ""),
 }
 

@@ -19,6 +19,19 @@ new connection does (SCM_RIGHTS, kept there until the new worker has
 adopted it, given to another worker if that one is gone); whatever the
 client sends meanwhile waits in the kernel's buffer.
 ``connection.move.after.requests`` sets ``after``; 0 turns moving off.
+
+A producer of a keyless topic writes every partition of it, so its
+connection has no one worker to follow, and with partitions on both workers
+half its requests cross.  While the broker is lightly loaded such
+connections gather instead (``Gathering``): each one whose recent writes went
+to several workers moves to the lowest-numbered of them, the same choice for
+every such connection, so they all end up on one worker.  That worker then
+forwards every append to the other workers' partitions, nobody else writes
+them, and they move to it (``partition_moves.py``): from then on nothing
+crosses.  Gathering trades cores for round trips, so it happens only while
+the whole broker's load (``WorkerLoads``) would still fit one core once
+the crossings are gone; nothing spreads a gathered load out again if it
+grows later.
 """
 
 from __future__ import annotations
@@ -26,22 +39,41 @@ from __future__ import annotations
 from collections.abc import Collection
 from contextvars import ContextVar
 
+from hpbroker.shared.worker_loads import WorkerLoads
+
 # the Route of the connection whose request is being handled (set by its task)
 ROUTE: ContextVar[Route | None] = ContextVar("route", default=None)
+
+
+class Gathering:
+    """Whether connections spread over several workers may gather on one:
+    only while every worker's CPU together stays under ``cores`` of one core
+    (a crossing costs about a third of a spread request, so 1.5 cores of
+    spread load fit one core once gathered)."""
+
+    def __init__(self, loads: WorkerLoads, cores: float):
+        self.loads = loads
+        self.cores = cores
+
+    def allowed(self) -> bool:
+        return self.loads.total() < self.cores
 
 
 class Route:
     """The owners of a connection's recent partition requests."""
 
-    __slots__ = ("after", "worker", "streak")
+    __slots__ = ("after", "worker", "streak", "gathering", "writes", "wrote_to")
 
-    def __init__(self, after: int):
+    def __init__(self, after: int, gathering: Gathering | None = None):
         self.after = after
         self.worker = -1  # the one owner of the last ``streak`` requests; -1: several
         self.streak = 0
+        self.gathering = gathering  # None: a connection spread over workers stays where it is
+        self.writes = 0  # the connection's write requests so far
+        self.wrote_to: dict[int, int] = {}  # a worker -> the number (in ``writes``) of the last write it owned
 
-    def saw(self, workers: Collection[int]) -> None:
-        """A request's partitions were owned by ``workers``."""
+    def saw(self, workers: Collection[int], writes: bool = False) -> None:
+        """A request's partitions were owned by ``workers``; ``writes``: it appends to them."""
         if len(workers) == 1:
             worker = next(iter(workers))
             if worker == self.worker:
@@ -50,16 +82,31 @@ class Route:
                 self.worker, self.streak = worker, 1
         else:
             self.worker, self.streak = -1, 0
+        if writes and self.gathering is not None:
+            self.writes = n = self.writes + 1
+            for worker in workers:
+                self.wrote_to[worker] = n
 
     def elsewhere(self, here: int) -> int | None:
         """The worker this connection should move to, or None to stay ``here``."""
-        if self.after > 0 and self.streak >= self.after and self.worker != here:
+        if self.after <= 0:
+            return None
+        if self.writes >= self.after:
+            # the workers owning what it wrote of late (four times ``after``: a run of
+            # ``after`` writes to one of them is a chance, not a change of partitions)
+            recent = [worker for worker, n in self.wrote_to.items() if self.writes - n < 4 * self.after]
+            if len(recent) > 1:
+                home = min(recent)
+                if home != here and self.gathering is not None and self.gathering.allowed():
+                    return home
+                return None
+        if self.streak >= self.after and self.worker != here:
             return self.worker
         return None
 
 
-def saw(workers: Collection[int]) -> None:
+def saw(workers: Collection[int], writes: bool = False) -> None:
     """Note the owners of a partition request for the connection it came on (if any)."""
     route = ROUTE.get()
     if route is not None:
-        route.saw(workers)
+        route.saw(workers, writes)

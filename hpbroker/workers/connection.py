@@ -84,12 +84,13 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, ctx, routes, on_close, move=None):
+    def __init__(self, ctx, routes, on_close, move=None, gathering: affinity.Gathering | None = None):
         self.ctx = ctx
         self.routes = routes
         self.on_close = on_close
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
-        self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0)
+        self.route = affinity.Route(ctx.config["connection.move.after.requests"] if move is not None else 0,
+                                    gathering)
         self.source = partition_moves.connection_source()  # who appends, to the partitions' owners
         self.reader = FrameReader(ctx.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue = asyncio.Queue()

@@ -175,7 +175,7 @@ class Owners:
         by_owner: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
             by_owner.setdefault(self.owner_of(call), []).append(i)
-        affinity.saw(by_owner.keys())
+        affinity.saw(by_owner.keys(), writes=bool(calls) and type(calls[0]) is Append)
         if self.moves.after:
             for worker, indexes in by_owner.items():
                 if worker != self.index:

@@ -27,8 +27,12 @@ moves instead, when nobody else writes it:
   latest hand-over names.  A call that reached the old owner after it let go
   is answered NOT_LEADER_OR_FOLLOWER there and asked again of the new one
   (``Owners``).
-* A refusal holds for ``RETRY_AFTER_S`` before the asker counts again, so two
-  workers writing one partition do not ask each other for it without end.
+* After a refusal the asker waits before it counts again, half a second after
+  the first and twice as long after each next one up to ``RETRY_AFTER_S``, so
+  two workers writing one partition do not ask each other for it without end,
+  while connections gathering on one worker (``affinity.py``), whose last
+  straggler may still be writing on the owner when the first ask comes, get
+  the partition a moment later.
 
 Replicated partitions never move (their state is the ReplicaManager's, and
 the cluster's metadata names brokers, not workers), nor do the internal
@@ -54,7 +58,8 @@ CALLER: ContextVar[int] = ContextVar("caller", default=-1)
 _CONNECTION_SOURCES = itertools.count(3)
 
 QUIET_S = 10.0  # nobody else appended for this long: the partition may go to its one writer
-RETRY_AFTER_S = 10.0  # after a refusal, before the asker counts again
+FIRST_RETRY_AFTER_S = 0.5  # after a first refusal, before the asker counts again
+RETRY_AFTER_S = 10.0  # the longest wait after refusals in a row
 
 
 def connection_source() -> int:
@@ -137,6 +142,7 @@ class MoveRequests:
         self.clock = clock
         self._sent: dict[tuple[str, int], int] = {}
         self._not_before: dict[tuple[str, int], float] = {}  # refused: not again until then
+        self._refusals: dict[tuple[str, int], int] = {}  # refusals in a row, for how long to wait
         self.asking: dict[tuple[str, int], asyncio.Future] = {}  # held appends wait on these
         self._tasks: set[asyncio.Task] = set()
 
@@ -166,8 +172,11 @@ class MoveRequests:
         except Exception:  # a bug: logged; the appends go on to the owner as before
             log.exception("asking worker %d for %s-%d failed", owner, *key)
         finally:
-            if not granted:
-                self._not_before[key] = self.clock() + RETRY_AFTER_S
+            if granted:
+                self._refusals.pop(key, None)
+            else:
+                refusals = self._refusals[key] = min(self._refusals.get(key, 0) + 1, 8)  # 0.5 * 2**7 > the cap
+                self._not_before[key] = self.clock() + min(FIRST_RETRY_AFTER_S * 2 ** (refusals - 1), RETRY_AFTER_S)
             held = self.asking.pop(key)
             held.set_result(granted)
 

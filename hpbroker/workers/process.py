@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import socket
+import time
 from typing import cast
 
 from hpbroker.cluster.session_tracker import Session
@@ -29,6 +30,7 @@ from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
+from hpbroker.workers.affinity import Gathering
 from hpbroker.workers.broker_clients import BrokerClients
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
@@ -91,6 +93,9 @@ class Worker:
         # partitions this worker handed away are not among those it opens below
         moves = self.memory.moves.writer(self.index) if moving else None
         self.placement = Placement(self.workers, self.memory.moves.reader() if moving else None)
+        # connections spread over workers gather where the partitions can follow them: standalone only
+        gather_below = cfg["connection.gather.max.cpu.percent"] / 100
+        self.gathering = Gathering(self.memory.loads, gather_below) if moving and gather_below > 0 else None
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,
@@ -296,7 +301,8 @@ class Worker:
                                 ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
-        connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if self.workers > 1 else None)
+        connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if self.workers > 1 else None,
+                                     self.gathering)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
 
@@ -382,11 +388,17 @@ class Worker:
                 failures = 0
 
     async def _heartbeat(self) -> None:
+        """Reports to the acceptor, and this worker's CPU share since the last
+        beat to the other workers (``WorkerLoads``)."""
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
+        cpu, at = time.process_time(), time.monotonic()
         while True:
             self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()),
                                                          self.ctx.bytes_in, self.ctx.bytes_out))
             await asyncio.sleep(interval)
+            cpu_now, now = time.process_time(), time.monotonic()
+            self.memory.loads.publish(self.index, (cpu_now - cpu) / max(now - at, 1e-3))
+            cpu, at = cpu_now, now
 
 
 def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,
