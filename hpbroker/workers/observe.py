@@ -91,7 +91,19 @@ def partition_moved() -> None:
 
 
 def flush() -> None:
-    """Write what was counted since the last flush to the metric files."""
+    """Write what was counted since the last flush to the metric files: the
+    fsyncs and latencies first, the requests and records last, so that a
+    scrape that finds a record counted also finds the fsync made before its
+    answer (a scrape may come between the writes of one flush)."""
+    with _fsyncs_lock:
+        seconds, *buckets = _fsyncs
+        _fsyncs[:] = [0.0] + [0] * len(buckets)
+    if any(buckets):
+        metrics.FSYNC_SECONDS.add((), seconds, buckets)
+    latencies = list(_latencies.items())
+    _latencies.clear()
+    for name, (seconds, *buckets) in latencies:
+        metrics.REQUEST_SECONDS.add((name,), seconds, buckets)
     for counts, counter in ((_requests, metrics.REQUESTS), (_bytes_in, metrics.BYTES_IN),
                             (_records_in, metrics.RECORDS_IN), (_bytes_out, metrics.BYTES_OUT),
                             (_peer_payloads, metrics.PEER_PAYLOAD_BYTES)):
@@ -99,15 +111,6 @@ def flush() -> None:
         counts.clear()
         for label, amount in pending:
             counter.labels(label).inc(amount)
-    latencies = list(_latencies.items())
-    _latencies.clear()
-    for name, (seconds, *buckets) in latencies:
-        metrics.REQUEST_SECONDS.add((name,), seconds, buckets)
-    with _fsyncs_lock:
-        seconds, *buckets = _fsyncs
-        _fsyncs[:] = [0.0] + [0] * len(buckets)
-    if any(buckets):
-        metrics.FSYNC_SECONDS.add((), seconds, buckets)
 
 
 async def flush_forever() -> None:
