@@ -5,9 +5,12 @@ lowest-numbered of them)."""
 
 import contextvars
 
+import pytest
+
 from hpbroker.shared.worker_loads import WorkerLoads
 from hpbroker.workers import affinity
 from hpbroker.workers.affinity import Route
+from hpbroker.workers.gathering import HOLD_S, CoreIdle, Gathering
 
 
 def test_a_streak_of_requests_to_one_other_worker_names_it():
@@ -48,18 +51,10 @@ def test_owners_are_noted_for_the_connection_whose_task_runs_and_for_no_other():
     assert route.elsewhere(here=0) == 1
 
 
-class _Loads:
-    """``WorkerLoads``' reading side, with the total set by the test."""
-
-    def __init__(self, total: float):
-        self.cores = total
-
-    def total(self) -> float:
-        return self.cores
-
-
-def _gathering(total: float = 0.2) -> affinity.Gathering:
-    return affinity.Gathering(_Loads(total), cores=1.5)  # type: ignore[arg-type]
+def _gathering(total: float = 0.2) -> Gathering:
+    loads = WorkerLoads(2)
+    loads.publish(1, total)
+    return Gathering(loads, index=0, gather_below=1.5, spread_at=0.9)
 
 
 def test_a_writer_spread_over_workers_gathers_on_the_lowest_numbered_one():
@@ -106,6 +101,68 @@ def test_without_gathering_a_spread_writer_stays_and_a_streak_still_moves_it():
 def test_worker_loads_are_shared_per_worker_and_summed():
     loads = WorkerLoads(3)
     loads.publish(0, 0.25)
-    loads.publish(2, 0.5)
+    loads.publish(2, 0.5, core_idle=0.4)
     assert (loads.share(0), loads.share(1), loads.total()) == (0.25, 0.0, 0.75)
-    assert affinity.Gathering(loads, cores=0.7).allowed() is False
+    assert (loads.core_idle(0), loads.core_idle(2)) == (-1.0, 0.4), "-1: not pinned"
+    assert Gathering(loads, index=0, gather_below=0.7, spread_at=0.9).allowed() is False
+
+
+def test_a_spread_out_broker_holds_gathering_off_for_a_while():
+    now = [100.0]
+    loads = WorkerLoads(2)
+    first = Gathering(loads, index=0, gather_below=1.5, spread_at=0.9, clock=lambda: now[0])
+    other = Gathering(loads, index=1, gather_below=1.5, spread_at=0.9, clock=lambda: now[0])
+    assert first.allowed() and not other.held()
+    first.hold()
+    assert not other.allowed() and other.held(), "held across the broker"
+    now[0] += HOLD_S
+    assert other.allowed()
+
+
+@pytest.mark.parametrize("other_core_idle, other_share, spreads", [
+    (0.9, 0.0, True),  # pinned, its core idle
+    (0.3, 0.0, False),  # pinned, its core busy with something else (a benchmark's clients)
+    (-1.0, 0.2, True),  # not pinned: what the other worker leaves of a core
+    (-1.0, 0.7, False),
+])
+def test_a_worker_spreads_out_after_three_saturated_beats_with_another_core_idle(other_core_idle, other_share,
+                                                                               spreads):
+    loads = WorkerLoads(2)
+    gathering = Gathering(loads, index=0, gather_below=1.5, spread_at=0.9)
+    loads.publish(1, other_share, other_core_idle)
+    beats = []
+    for share in (0.95, 0.97, 0.5, 0.95, 0.95, 0.99, 0.95):
+        loads.publish(0, share)
+        beats.append(gathering.due_to_spread())
+    assert beats == ([False] * 5 + [True, False] if spreads else [False] * 7), "three in a row, then counted anew"
+
+
+def test_while_spread_out_a_spread_writer_goes_to_its_own_spot_and_stays_there():
+    now = [0.0]
+    loads = WorkerLoads(2)
+    gathering = Gathering(loads, index=0, gather_below=1.5, spread_at=0.9, clock=lambda: now[0])
+    route = Route(after=2, gathering=gathering)
+    route.client_port = next(port for port in range(40000, 41000) if affinity.spot_of(port, 2) == 1)
+    assert not route.spread()
+    for i in range(4):
+        route.saw({i % 2}, writes=True)
+    assert route.spread()
+    assert route.elsewhere(here=1) == 0, "gathering: to the lowest-numbered worker"
+    gathering.hold()
+    assert route.elsewhere(here=0) == 1, "spread out: to its spot"
+    assert route.elsewhere(here=1) is None
+    now[0] += HOLD_S
+    assert route.elsewhere(here=1) == 0, "the hold over, it gathers again"
+
+
+def test_spots_spread_ports_of_one_parity_over_the_workers():
+    spots = [affinity.spot_of(port, 2) for port in range(40000, 40400, 2)]
+    assert 80 <= spots.count(0) <= 120
+    assert {affinity.spot_of(port, 4) for port in range(40000, 40080, 2)} == {0, 1, 2, 3}
+
+
+def test_core_idle_reads_this_machines_cpu0():
+    core = CoreIdle(0)
+    sum(range(10**6))  # some time passes
+    share = core.share()
+    assert share == -1.0 or 0.0 <= share <= 1.0

@@ -115,6 +115,9 @@ BROKER_KEYS = {
     # partitions follow them) while all workers' CPU together is under this share of one core;
     # 0: never (workers/affinity.py)
     "connection.gather.max.cpu.percent": (int, 150),
+    # a worker that used this share of its core for three heartbeats while another worker's core was
+    # mostly idle hands back what gathered on it, and nothing gathers for five minutes (workers/gathering.py)
+    "connection.gather.spread.cpu.percent": (int, 90),
     "metrics.listen": (str, ""),
 }
 

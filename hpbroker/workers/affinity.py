@@ -23,46 +23,34 @@ client sends meanwhile waits in the kernel's buffer.
 A producer of a keyless topic writes every partition of it, so its
 connection has no one worker to follow, and with partitions on both workers
 half its requests cross.  While the broker is lightly loaded such
-connections gather instead (``Gathering``): each one whose recent writes went
+connections gather instead (``gathering.py``): each one whose recent writes went
 to several workers moves to the lowest-numbered of them, the same choice for
 every such connection, so they all end up on one worker.  That worker then
 forwards every append to the other workers' partitions, nobody else writes
 them, and they move to it (``partition_moves.py``): from then on nothing
 crosses.  Gathering trades cores for round trips, so it happens only while
-the whole broker's load (``WorkerLoads``) would still fit one core once
-the crossings are gone; nothing spreads a gathered load out again if it
-grows later.
+the whole broker is lightly loaded, and a worker saturated by what gathered
+on it spreads it out again (``gathering.py``); while it is spread out, each
+such connection goes to a worker of its own (``spot_of``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
-from hpbroker.shared.worker_loads import WorkerLoads
+if TYPE_CHECKING:
+    from hpbroker.workers.gathering import Gathering
 
 # the Route of the connection whose request is being handled (set by its task)
 ROUTE: ContextVar[Route | None] = ContextVar("route", default=None)
 
 
-class Gathering:
-    """Whether connections spread over several workers may gather on one:
-    only while every worker's CPU together stays under ``cores`` of one core
-    (a crossing costs about a third of a spread request, so 1.5 cores of
-    spread load fit one core once gathered)."""
-
-    def __init__(self, loads: WorkerLoads, cores: float):
-        self.loads = loads
-        self.cores = cores
-
-    def allowed(self) -> bool:
-        return self.loads.total() < self.cores
-
-
 class Route:
     """The owners of a connection's recent partition requests."""
 
-    __slots__ = ("after", "worker", "streak", "gathering", "writes", "wrote_to")
+    __slots__ = ("after", "worker", "streak", "gathering", "writes", "wrote_to", "client_port")
 
     def __init__(self, after: int, gathering: Gathering | None = None):
         self.after = after
@@ -71,6 +59,7 @@ class Route:
         self.gathering = gathering  # None: a connection spread over workers stays where it is
         self.writes = 0  # the connection's write requests so far
         self.wrote_to: dict[int, int] = {}  # a worker -> the number (in ``writes``) of the last write it owned
+        self.client_port = -1  # names its worker while a spread-out broker holds gathering off (``spot_of``)
 
     def saw(self, workers: Collection[int], writes: bool = False) -> None:
         """A request's partitions were owned by ``workers``; ``writes``: it appends to them."""
@@ -87,22 +76,41 @@ class Route:
             for worker in workers:
                 self.wrote_to[worker] = n
 
+    def spread(self) -> bool:
+        """Whether the connection's recent writes went to several workers' partitions."""
+        return len(self._recent_writes()) > 1
+
+    def _recent_writes(self) -> list[int]:
+        """The workers owning what it wrote of late (four times ``after`` writes:
+        a run of ``after`` to one of them is chance, not a change of partitions)."""
+        if self.writes < self.after:
+            return []
+        return [worker for worker, n in self.wrote_to.items() if self.writes - n < 4 * self.after]
+
     def elsewhere(self, here: int) -> int | None:
         """The worker this connection should move to, or None to stay ``here``."""
         if self.after <= 0:
             return None
-        if self.writes >= self.after:
-            # the workers owning what it wrote of late (four times ``after``: a run of
-            # ``after`` writes to one of them is a chance, not a change of partitions)
-            recent = [worker for worker, n in self.wrote_to.items() if self.writes - n < 4 * self.after]
-            if len(recent) > 1:
-                home = min(recent)
-                if home != here and self.gathering is not None and self.gathering.allowed():
-                    return home
+        recent = self._recent_writes()
+        if len(recent) > 1:
+            gathering = self.gathering
+            if gathering is None:
                 return None
+            if gathering.held():  # spread out: each such connection to a worker of its own
+                spot = spot_of(self.client_port, gathering.loads.workers) if self.client_port >= 0 else here
+                return spot if spot != here else None
+            home = min(recent)
+            return home if home != here and gathering.allowed() else None
         if self.streak >= self.after and self.worker != here:
             return self.worker
         return None
+
+
+def spot_of(client_port: int, workers: int) -> int:
+    """A connection's worker while the broker is spread out, the same on every
+    worker it passes through.  The port is mixed first: Linux gives connect()
+    ports of one parity."""
+    return ((client_port * 0x9E3779B1) >> 16 & 0xFFFF) % workers
 
 
 def saw(workers: Collection[int], writes: bool = False) -> None:

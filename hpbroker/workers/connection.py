@@ -45,6 +45,7 @@ from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
 from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
+from hpbroker.workers.gathering import Gathering
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, ctx, routes, on_close, move=None, gathering: affinity.Gathering | None = None):
+    def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None):
         self.ctx = ctx
         self.routes = routes
         self.on_close = on_close
@@ -127,6 +128,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.sock_fd = self.sock.fileno()  # for sendfile straight to it
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if isinstance(peer, tuple):
+            self.route.client_port = peer[1]
         self.context.run(self._enter)
         self.task = asyncio.get_running_loop().create_task(self._serve(), context=self.context)
 

@@ -45,6 +45,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 
 from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC, partition_owner
@@ -145,9 +146,12 @@ class MoveRequests:
         self._refusals: dict[tuple[str, int], int] = {}  # refusals in a row, for how long to wait
         self.asking: dict[tuple[str, int], asyncio.Future] = {}  # held appends wait on these
         self._tasks: set[asyncio.Task] = set()
+        self.held_off: Callable[[], bool] | None = None  # True while no partition is to be asked for (spread out)
 
     def forwarded(self, topic: str, partition: int, owner: int) -> None:
         """An append to ``owner``'s partition went over the channel."""
+        if self.held_off is not None and self.held_off():
+            return
         key = (topic, partition)
         sent = self._sent.get(key, 0) + 1
         if sent < self.after or key in self.asking or not movable_topic(topic):

@@ -355,13 +355,35 @@ class Partitions:
     # --- moves between workers ------------------------------------------------------------------
     def move_partition(self, call: MovePartition) -> Done:
         """Hand a standalone partition to worker ``call.to``, which alone wrote
-        it of late (``partition_moves.py``): the log closed without an fsync,
-        the move recorded for every worker, the entry withdrawn from the
-        table, the long polls on it woken to look where it went."""
-        key = (call.topic, call.partition)
+        it of late (``partition_moves.py``)."""
         found = self._movable(call)
         if isinstance(found, ErrorCode):
             return Done(found)
+        self._hand_over(call, "its only writer of late")
+        return Done(ErrorCode.none)
+
+    def give_back(self) -> list[tuple[str, int]]:
+        """Hand every partition that moved here back to the worker its hash
+        names, whoever writes it (a saturated worker spreading out,
+        ``gathering.py``); those that may not move now stay."""
+        if self.placement is None or self.moved is None or self.moves is None:
+            return []
+        given = []
+        for topic, partition in list(self.logs.logs()):
+            home = partition_owner(topic, partition, self.placement.workers)
+            if home == self.index:
+                continue
+            call = MovePartition(topic, partition, home)
+            if not isinstance(self._movable(call, writers_checked=False), ErrorCode):
+                self._hand_over(call, "its hashed owner, as this worker spreads out")
+                given.append((topic, partition))
+        return given
+
+    def _hand_over(self, call: MovePartition, why: str) -> None:
+        """The log closed without an fsync, the move recorded for every worker,
+        the entry withdrawn from the table, the long polls on it woken to look
+        where it went."""
+        key = (call.topic, call.partition)
         assert self.moved is not None and self.moves is not None
         previous = self.moved.move(*key)
         recovery_point, log_start = self.logs.release_log(*key)
@@ -374,12 +396,11 @@ class Partitions:
         self.sources.forget(key)
         self.purgatory.poke(key)
         observe.partition_moved()
-        log.info("%s-%d moved to worker %d, its only writer of late (fsynced below %d)", *key, call.to,
-                 recovery_point)
-        return Done(ErrorCode.none)
+        log.info("%s-%d moved to worker %d, %s (fsynced below %d)", *key, call.to, why, recovery_point)
 
-    def _movable(self, call: MovePartition) -> Partition | ErrorCode:
-        """The partition, when it may go to ``call.to`` now; else why not."""
+    def _movable(self, call: MovePartition, writers_checked: bool = True) -> Partition | ErrorCode:
+        """The partition, when it may go to ``call.to`` now; else why not
+        (``writers_checked``: not while anyone but ``call.to`` writes it)."""
         key = (call.topic, call.partition)
         if self.placement is None or self.moved is None or self.moves is None or self.replicas is not None:
             return ErrorCode.invalid_request  # nothing moves here (a replicated broker's partitions never do)
@@ -388,7 +409,7 @@ class Partitions:
         found = self.resolve(*key)
         if isinstance(found, ErrorCode):
             return found
-        if (self.sources.others_recently(key, call.to)  # someone else writes it too: it stays
+        if (writers_checked and self.sources.others_recently(key, call.to)  # someone else writes it too: it stays
                 or found.log.config.compact  # the cleaner's thread works on this worker's logs
                 or found.txn_guards  # a transaction is under way on it
                 or found.log.producer_state.first_unstable_offset(found.log.log_end_offset) is not None

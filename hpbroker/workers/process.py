@@ -30,13 +30,13 @@ from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
-from hpbroker.workers.affinity import Gathering
 from hpbroker.workers.broker_clients import BrokerClients
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.control_endpoint import ControlEndpoint
+from hpbroker.workers.gathering import HOLD_S, CoreIdle, Gathering
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.owners import LocalOwner, Owners
@@ -95,7 +95,9 @@ class Worker:
         self.placement = Placement(self.workers, self.memory.moves.reader() if moving else None)
         # connections spread over workers gather where the partitions can follow them: standalone only
         gather_below = cfg["connection.gather.max.cpu.percent"] / 100
-        self.gathering = Gathering(self.memory.loads, gather_below) if moving and gather_below > 0 else None
+        spread_at = cfg["connection.gather.spread.cpu.percent"] / 100
+        self.gathering = (Gathering(self.memory.loads, self.index, gather_below, spread_at)
+                          if moving and gather_below > 0 else None)
         self.logs = LogManager(
             cfg.log_dirs, cfg.log, broker_id=cfg.broker_id, cluster_id=self.cluster_id,
             config_for=self.topics.config_for,
@@ -217,6 +219,8 @@ class Worker:
                         self.config["offsets.topic.num.partitions"],
                         self.config["transaction.state.log.num.partitions"], placement=self.placement,
                         move_after=self.config["partition.move.after.appends"])
+        if self.gathering is not None:
+            owners.moves.held_off = self.gathering.held  # a spread-out broker keeps its partitions where they are
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
                                  producer_ids=producer_ids,
@@ -388,17 +392,42 @@ class Worker:
                 failures = 0
 
     async def _heartbeat(self) -> None:
-        """Reports to the acceptor, and this worker's CPU share since the last
-        beat to the other workers (``WorkerLoads``)."""
+        """Reports to the acceptor; to the other workers, this worker's CPU
+        share since the last beat and how idle its core was (``WorkerLoads``),
+        and spreads out what gathered here when it stays saturated."""
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
+        pinned = os.sched_getaffinity(0)
+        core = CoreIdle(next(iter(pinned))) if len(pinned) == 1 else None
         cpu, at = time.process_time(), time.monotonic()
         while True:
             self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()),
                                                          self.ctx.bytes_in, self.ctx.bytes_out))
             await asyncio.sleep(interval)
             cpu_now, now = time.process_time(), time.monotonic()
-            self.memory.loads.publish(self.index, (cpu_now - cpu) / max(now - at, 1e-3))
+            self.memory.loads.publish(self.index, (cpu_now - cpu) / max(now - at, 1e-3),
+                                      core.share() if core is not None else -1.0)
             cpu, at = cpu_now, now
+            if self.gathering is not None and self.gathering.due_to_spread():
+                self._spread_out()
+
+    def _spread_out(self) -> None:
+        """This worker stayed saturated with another core idle: the partitions
+        that moved here go back where their hash says, and for a while nothing
+        gathers or moves (``gathering.py``); the connections writing several
+        workers' partitions meanwhile go each to its own worker (``affinity``)."""
+        assert self.gathering is not None
+        try:
+            given = self.partitions.give_back()
+        except Exception:  # a hand-over that failed keeps its log here, as a refused move does
+            log.exception("worker %d: handing partitions back failed", self.index)
+            given = []
+        spread = sum(1 for c in self.connections if c.route.spread())
+        if given or spread:  # the connections writing several workers' partitions go to their spots
+            self.gathering.hold()
+            log.warning("worker %d saturated (%.0f%% of its core) with another core idle: %d partitions go back "
+                        "to their hashed owners; connections writing several workers' partitions spread over "
+                        "the workers; no gathering for %.0f s", self.index,
+                        100 * self.memory.loads.share(self.index), len(given), HOLD_S)
 
 
 def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.socket, broker_tag: str,

@@ -22,6 +22,7 @@ from harness.waiting import wait_for
 from hpbroker.errors import ErrorCode
 from hpbroker.records import Record, encode_batch
 from hpbroker.replication.client import ClientConnection
+from hpbroker.workers.affinity import spot_of
 from hpbroker.workers.kio_build import make
 from tests.integration.clients import ck_consume, ck_consume_all, kp_consume, topic_name
 from tests.integration.test_metrics import scrape, scrape_when, value
@@ -159,6 +160,55 @@ def test_connections_writing_both_workers_partitions_gather_on_one_and_the_parti
                     kp_consume(broker.bootstrap, topic, [0, 1], 4 * rounds)):
         ordered = sorted(records, key=lambda r: (r.partition, r.offset))
         assert by_writer((r.partition, r.value) for r in ordered) == expected
+
+
+def test_a_saturated_worker_spreads_out_what_gathered_on_it(broker_factory):
+    """With the spreading share at 0% (every worker counts as saturated) and
+    the workers unpinned: the four connections gather on worker 0 and worker
+    1's partition follows them, then worker 0 spreads out: the partition goes
+    back to worker 1, each connection goes to the worker its client port
+    names, and nothing gathers again; every record is read back once, each
+    connection's in order."""
+    port = free_port()
+    broker = broker_factory({"metrics.listen": f"127.0.0.1:{port}", "connection.gather.spread.cpu.percent": "0",
+                             "worker.cpu.affinity": "none", "worker.heartbeat.interval.ms": "500"},
+                            num_workers=2)
+    topic = topic_name("pspread")
+    _create(broker.bootstrap, topic, 2)
+    deadline = time.monotonic() + 60
+
+    def spread() -> bool:
+        return "go back to their hashed owners" in broker.log_text(since_start=True)
+
+    async def produce() -> tuple[dict, dict, int]:
+        conns = [await ClientConnection.open(broker.host, broker.port, f"writer-{i}") for i in range(4)]
+        ports = [c.get_extra_info("sockname")[1] for c in conns]
+        round_ = 0
+        until = None  # 200 rounds more once worker 0 spread out, for the connections to leave
+        while (until is None or round_ < until) and time.monotonic() < deadline:
+            answers = await asyncio.gather(*(c.send(_produce_request(topic, (round_ + i) % 2, b"%d-%d" % (i, round_)))
+                                             for i, c in enumerate(conns)))
+            assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.none for a in answers)
+            round_ += 1
+            if until is None and round_ % 50 == 0 and spread():
+                until = round_ + 200
+        after = {p: broker.worker_holding(p) for p in ports}
+        for c in conns:
+            c.close()
+        return after, {p: spot_of(p, 2) for p in ports}, round_
+
+    after, spots, rounds = asyncio.run(produce())
+    assert spread(), "worker 0 spread out"
+    assert value(scrape(port), MOVED) == 2, "worker 1's partition came to worker 0, then went back"
+    assert after == spots, "each connection on the worker its port names"
+    expected = {(i, r % 2): list(range(r - i, rounds, 2)) for i in range(4) for r in (i, i + 1)}
+    for records in (ck_consume(broker.bootstrap, topic, [0, 1], 4 * rounds),
+                    kp_consume(broker.bootstrap, topic, [0, 1], 4 * rounds)):
+        found: dict[tuple[int, int], list[int]] = {}
+        for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+            writer, round_ = map(int, (r.value or b"").split(b"-"))
+            found.setdefault((writer, r.partition), []).append(round_)
+        assert found == expected
 
 
 def test_moved_partitions_lose_no_acknowledged_record_when_workers_are_killed(broker_factory):
