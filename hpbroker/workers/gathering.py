@@ -16,9 +16,10 @@ spreads out: it hands every partition that moved to it back to the worker
 its hash names, and holds gathering and partition moves off for ``HOLD_S``
 across the broker, so the load does not gather again at once.  Meanwhile
 each connection that writes several workers' partitions goes to a worker
-of its own, chosen by its client port (``affinity.spot_of``).  What a closed-loop benchmark does on two cores (the
-gathered worker saturated, the other core busy with the clients) is not
-that: the other core is not idle, and nothing spreads.
+of its own, chosen by its client port (``affinity.spot_of``).  A
+closed-loop benchmark on two cores (the gathered worker saturated, the
+other core half busy with the clients) is not that: spread, it would get
+no more requests through, and nothing spreads.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ HOLD_S = 300.0  # after a spread, no gathering and no partition moves for this l
 
 
 class Gathering:
+    """One worker's view of the broker's load: whether its connections may
+    gather, whether it should spread out."""
+
     def __init__(self, loads: WorkerLoads, index: int, gather_below: float, spread_at: float,
                  clock=time.monotonic):
         self.loads = loads
