@@ -13,7 +13,8 @@
    once every replica holds the same bytes (acks=1's followers may still be
    catching up at the flush); each throughput phase starts after
    the same write-and-delete of memory (``bench/memory_probe.py``), so none
-   pays the host's first touches for its place.  Latency: produce() to delivery
+   pays the host's first touches for its place, and a ``sync``, so none
+   pays for the writeback of the bytes of the phases before it.  Latency: produce() to delivery
    callback, paced at a fixed rate of records/s with linger.ms=1, the first
    second dropped.
 2. Unavailability on failover: a steady idempotent acks=all producer on a
@@ -231,6 +232,10 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                     # the same state of memory for every target (bench/memory_probe.py): three
                     # copies of the bytes and room besides, whichever target writes them
                     warm(str(tmp), int(4 * 3 * n * size / 2**20))
+                    # and no writeback owed: the warm-up's dirty pages push the kernel's flusher past its
+                    # threshold, and it then writes back what earlier phases left dirty (up to 1.2 GB here)
+                    # during this one, on these cores, into this one's figures
+                    os.sync()
                     tput[(t.name, size)].append(throughput(t, size, n))
             for rate in args.latency_rates:
                 for size in args.sizes:
