@@ -108,6 +108,19 @@ def test_a_connection_that_left_no_longer_keeps_the_partition(workers):
     assert home.placement.owner(TOPIC, 0) == OTHER
 
 
+def test_a_spreading_worker_gives_back_what_moved_to_it_even_while_its_own_connections_write_it(workers):
+    home, other = workers[HOME], workers[OTHER]
+    assert home.append(idempotent(0, b"0"), caller=OTHER).error == ErrorCode.none
+    assert home.partitions.move_partition(MovePartition(TOPIC, 0, OTHER)).error == ErrorCode.none
+    assert other.append(idempotent(1, b"1"), caller=connection_source()).error == ErrorCode.none
+    assert home.partitions.give_back() == [], "it holds nothing that moved to it"
+    assert other.partitions.give_back() == [(TOPIC, 0)]
+    assert home.placement.owner(TOPIC, 0) == other.placement.owner(TOPIC, 0) == HOME
+    assert other.append(idempotent(2, b"2")).error == ErrorCode.not_leader_or_follower, "asked again at home"
+    appended = home.append(idempotent(2, b"2"))
+    assert (appended.error, appended.base_offset) == (ErrorCode.none, 2), "the sequences came back with it"
+
+
 def test_a_partition_with_an_open_transaction_stays(workers):
     home = workers[HOME]
     transactional = bytearray(encode_batch([Record(0, 0, None, b"t")], producer_id=9, producer_epoch=0,

@@ -113,7 +113,7 @@ BROKER_KEYS = {
     "partition.move.after.appends": (int, 16),
     # connections whose writes span several workers' partitions gather on one worker (and the
     # partitions follow them) while all workers' CPU together is under this share of one core;
-    # 0: never (workers/affinity.py)
+    # 0: never (workers/gathering.py)
     "connection.gather.max.cpu.percent": (int, 150),
     # a worker that used this share of its core for three heartbeats while another worker's core was
     # mostly idle hands back what gathered on it, and nothing gathers for five minutes (workers/gathering.py)

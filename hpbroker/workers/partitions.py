@@ -374,9 +374,14 @@ class Partitions:
             if home == self.index:
                 continue
             call = MovePartition(topic, partition, home)
-            if not isinstance(self._movable(call, writers_checked=False), ErrorCode):
+            if isinstance(self._movable(call, writers_checked=False), ErrorCode):
+                continue
+            try:
                 self._hand_over(call, "its hashed owner, as this worker spreads out")
-                given.append((topic, partition))
+            except (OSError, StorageError) as exc:  # not released: the log stays here, open, as if refused
+                log.warning("%s-%d could not go back to worker %d: %s", topic, partition, home, exc)
+                continue
+            given.append((topic, partition))
         return given
 
     def _hand_over(self, call: MovePartition, why: str) -> None:

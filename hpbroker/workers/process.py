@@ -416,11 +416,7 @@ class Worker:
         gathers or moves (``gathering.py``); the connections writing several
         workers' partitions meanwhile go each to its own worker (``affinity``)."""
         assert self.gathering is not None
-        try:
-            given = self.partitions.give_back()
-        except Exception:  # a hand-over that failed keeps its log here, as a refused move does
-            log.exception("worker %d: handing partitions back failed", self.index)
-            given = []
+        given = self.partitions.give_back()
         spread = sum(1 for c in self.connections if c.route.spread())
         if given or spread:  # the connections writing several workers' partitions go to their spots
             self.gathering.hold()
