@@ -2,8 +2,10 @@
 (``workers/partition_moves.py``), and loses nothing on the way: every
 acknowledged record is read back once and in order, by both clients, across
 the move, a worker SIGKILLed after it, and a broker stopped (SIGTERM) or
-killed (SIGKILL) after it.  A partition that connections on both workers
-write stays where it is."""
+killed (SIGKILL) after it.  Connections on both workers that each write
+both partitions gather on one worker and the partition follows them; a
+saturated worker hands it back; with gathering off, such a partition stays
+where it is."""
 
 import asyncio
 import datetime
@@ -148,18 +150,7 @@ def test_connections_writing_both_workers_partitions_gather_on_one_and_the_parti
     assert after == {0}, "they gathered on worker 0"
     assert value(scrape(port), MOVED) == 1, "worker 1's partition followed them, once"
 
-    def by_writer(values) -> dict[tuple[int, int], list[int]]:
-        found: dict[tuple[int, int], list[int]] = {}
-        for partition, v in values:
-            writer, round_ = map(int, v.split(b"-"))
-            found.setdefault((writer, partition), []).append(round_)
-        return found
-
-    expected = by_writer((r % 2, b"%d-%d" % (i, r - i)) for i in range(4) for r in range(i, rounds + i))
-    for records in (ck_consume(broker.bootstrap, topic, [0, 1], 4 * rounds),
-                    kp_consume(broker.bootstrap, topic, [0, 1], 4 * rounds)):
-        ordered = sorted(records, key=lambda r: (r.partition, r.offset))
-        assert by_writer((r.partition, r.value) for r in ordered) == expected
+    _assert_each_writers_rounds_in_order(broker, topic, rounds)
 
 
 def test_a_saturated_worker_spreads_out_what_gathered_on_it(broker_factory):
@@ -201,6 +192,12 @@ def test_a_saturated_worker_spreads_out_what_gathered_on_it(broker_factory):
     assert spread(), "worker 0 spread out"
     assert value(scrape(port), MOVED) == 2, "worker 1's partition came to worker 0, then went back"
     assert after == spots, "each connection on the worker its port names"
+    _assert_each_writers_rounds_in_order(broker, topic, rounds)
+
+
+def _assert_each_writers_rounds_in_order(broker, topic: str, rounds: int) -> None:
+    """Four writers, writer ``i`` sending ``b"i-round"`` to partition ``(round + i) % 2``
+    each round: both clients read every record once, each writer's in the order sent."""
     expected = {(i, r % 2): list(range(r - i, rounds, 2)) for i in range(4) for r in (i, i + 1)}
     for records in (ck_consume(broker.bootstrap, topic, [0, 1], 4 * rounds),
                     kp_consume(broker.bootstrap, topic, [0, 1], 4 * rounds)):
