@@ -232,9 +232,8 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                     # the same state of memory for every target (bench/memory_probe.py): three
                     # copies of the bytes and room besides, whichever target writes them
                     warm(str(tmp), int(4 * 3 * n * size / 2**20))
-                    # and no writeback owed: the warm-up's dirty pages push the kernel's flusher past its
-                    # threshold, and it then writes back what earlier phases left dirty (up to 1.2 GB here)
-                    # during this one, on these cores, into this one's figures
+                    # and no writeback owed: what earlier phases left dirty is written back now, not by the
+                    # kernel's flusher during this phase, on these cores, into this phase's figures
                     os.sync()
                     tput[(t.name, size)].append(throughput(t, size, n))
             for rate in args.latency_rates:

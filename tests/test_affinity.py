@@ -166,3 +166,14 @@ def test_core_idle_reads_this_machines_cpu0():
     sum(range(10**6))  # some time passes
     share = core.share()
     assert share == -1.0 or 0.0 <= share <= 1.0
+
+
+def test_a_beat_publishes_the_cpu_share_since_the_last_one_the_first_only_starts_the_count():
+    now = [10.0]
+    loads = WorkerLoads(2)
+    gathering = Gathering(loads, index=1, gather_below=1.5, spread_at=0.9, clock=lambda: now[0])
+    assert gathering.beat() is False and loads.share(1) == 0.0
+    sum(range(10**6))  # some CPU time
+    now[0] += 1000.0  # and a long while: the share is small, never above one core
+    assert gathering.beat() is False
+    assert 0.0 < loads.share(1) < 0.01

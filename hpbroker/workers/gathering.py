@@ -24,6 +24,7 @@ no more requests through, and nothing spreads.
 
 from __future__ import annotations
 
+import os
 import time
 
 from hpbroker.shared.worker_loads import WorkerLoads
@@ -48,6 +49,21 @@ class Gathering:
         self.spread_at = spread_at  # share of this worker's core
         self.clock = clock
         self._saturated_beats = 0
+        pinned = os.sched_getaffinity(0)
+        self._core = CoreIdle(next(iter(pinned))) if len(pinned) == 1 else None
+        self._cpu_at: tuple[float, float] | None = None  # process CPU time and clock at the last beat
+
+    def beat(self) -> bool:
+        """Each heartbeat: publish this worker's CPU share since the last beat
+        and how idle its core was, then whether to spread out now (the first
+        beat only starts the count)."""
+        cpu, now = time.process_time(), self.clock()
+        last, self._cpu_at = self._cpu_at, (cpu, now)
+        idle = self._core.share() if self._core is not None else -1.0
+        if last is None:
+            return False
+        self.loads.publish(self.index, (cpu - last[0]) / max(now - last[1], 1e-3), idle)
+        return self.due_to_spread()
 
     def allowed(self) -> bool:
         """Whether a connection spread over workers may gather now."""

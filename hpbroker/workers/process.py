@@ -14,7 +14,6 @@ import os
 import resource
 import signal
 import socket
-import time
 from typing import cast
 
 from hpbroker.cluster.session_tracker import Session
@@ -36,7 +35,7 @@ from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.control_endpoint import ControlEndpoint
-from hpbroker.workers.gathering import HOLD_S, CoreIdle, Gathering
+from hpbroker.workers.gathering import HOLD_S, Gathering
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES
 from hpbroker.workers.owners import LocalOwner, Owners
@@ -392,23 +391,15 @@ class Worker:
                 failures = 0
 
     async def _heartbeat(self) -> None:
-        """Reports to the acceptor; to the other workers, this worker's CPU
-        share since the last beat and how idle its core was (``WorkerLoads``),
-        and spreads out what gathered here when it stays saturated."""
+        """Reports to the acceptor; with gathering on, this worker's load to the
+        other workers, and a spread when it stays saturated (``gathering.py``)."""
         interval = self.config["worker.heartbeat.interval.ms"] / 1000
-        pinned = os.sched_getaffinity(0)
-        core = CoreIdle(next(iter(pinned))) if len(pinned) == 1 else None
-        cpu, at = time.process_time(), time.monotonic()
         while True:
             self.endpoint.send(Kind.HEARTBEAT, Heartbeat(len(self.connections), len(self.logs.logs()),
                                                          self.ctx.bytes_in, self.ctx.bytes_out))
-            await asyncio.sleep(interval)
-            cpu_now, now = time.process_time(), time.monotonic()
-            self.memory.loads.publish(self.index, (cpu_now - cpu) / max(now - at, 1e-3),
-                                      core.share() if core is not None else -1.0)
-            cpu, at = cpu_now, now
-            if self.gathering is not None and self.gathering.due_to_spread():
+            if self.gathering is not None and self.gathering.beat():
                 self._spread_out()
+            await asyncio.sleep(interval)
 
     def _spread_out(self) -> None:
         """This worker stayed saturated with another core idle: the partitions
@@ -417,8 +408,7 @@ class Worker:
         workers' partitions meanwhile go each to its own worker (``affinity``)."""
         assert self.gathering is not None
         given = self.partitions.give_back()
-        spread = sum(1 for c in self.connections if c.route.spread())
-        if given or spread:  # the connections writing several workers' partitions go to their spots
+        if given or any(c.route.spread() for c in self.connections):  # those connections go to their spots
             self.gathering.hold()
             log.warning("worker %d saturated (%.0f%% of its core) with another core idle: %d partitions go back "
                         "to their hashed owners; connections writing several workers' partitions spread over "
