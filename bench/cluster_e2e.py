@@ -13,8 +13,10 @@
    once every replica holds the same bytes (acks=1's followers may still be
    catching up at the flush); each throughput phase starts after
    the same write-and-delete of memory (``bench/memory_probe.py``), so none
-   pays the host's first touches for its place, and a ``sync``, so none
-   pays for the writeback of the bytes of the phases before it.  Latency: produce() to delivery
+   pays the host's first touches for its place, nor its handling of the
+   pages an earlier write-and-delete freed (steal time, shown beside the
+   other load), and a ``sync``, so none pays for the writeback of the bytes
+   of the phases before it.  Latency: produce() to delivery
    callback, paced at a fixed rate of records/s with linger.ms=1, the first
    second dropped.
 2. Unavailability on failover: a steady idempotent acks=all producer on a
@@ -51,7 +53,7 @@ sys.path.insert(0, str(REPO))
 import confluent_kafka as ck  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, render  # noqa: E402
+from bench.e2e import GB, MB, client_cpu, machine_busy, machine_info, machine_steal, render  # noqa: E402
 from bench.memory_probe import describe as page_cache_state, warm  # noqa: E402
 from bench.targets import tree_minor_faults  # noqa: E402
 from bench.wakeup_probe import describe as wake_up_state  # noqa: E402
@@ -149,7 +151,8 @@ def throughput(target: Target, size: int, n: int) -> dict:
         raise RuntimeError(f"{target.name}: warm-up not delivered")
     payload = os.urandom(size)
     produce_one, poll = p.produce, p.poll
-    b0, f0, c0, m0, t0 = target.cpu(), target.minor_faults(), client_cpu(), machine_busy(), time.perf_counter()
+    b0, f0, c0, m0, s0 = target.cpu(), target.minor_faults(), client_cpu(), machine_busy(), machine_steal()
+    t0 = time.perf_counter()
     for i in range(n):
         while True:
             try:
@@ -166,7 +169,8 @@ def throughput(target: Target, size: int, n: int) -> dict:
     broker, client = target.cpu() - b0, client_cpu() - c0
     return {"rps": n / wall, "mbps": n * size / wall / MB, "wall": wall, "broker_cpu": broker, "client_cpu": client,
             "faults": target.minor_faults() - f0,
-            "other_cpu": max(0.0, machine_busy() - m0 - broker - client), "bytes": n * size, "undelivered": left}
+            "other_cpu": max(0.0, machine_busy() - m0 - broker - client), "steal": machine_steal() - s0,
+            "bytes": n * size, "undelivered": left}
 
 
 def latency(target: Target, size: int, rate: float, seconds: float) -> dict:
@@ -262,7 +266,8 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                          " / ".join(f"{r['broker_cpu'] / (r['bytes'] / GB):.1f}" for r in rs),
                          " / ".join(f"{r['faults'] / (r['bytes'] / MB):.0f}" for r in rs),
                          " / ".join(f"{100 * r['client_cpu'] / r['wall'] / ncpu:.0f}%" for r in rs),
-                         " / ".join(f"{100 * r['other_cpu'] / r['wall'] / ncpu:.0f}%" for r in rs)
+                         " / ".join(f"{100 * r['other_cpu'] / r['wall'] / ncpu:.0f}%"
+                                    f" ({100 * r['steal'] / r['wall'] / ncpu:.0f}%)" for r in rs)
                          + ("".join(f" UNDELIVERED {r['undelivered']}" for r in rs if r["undelivered"]))])
     for rate in args.latency_rates:
         for size in args.sizes:
@@ -273,7 +278,7 @@ def run_throughput(args, tmp: Path, zk: ZooKeeperServer) -> tuple[list, list, li
                               " / ".join(f"{100 * x['cpu']:.0f}%" for x in ls),
                               " / ".join(str(x["errors"]) for x in ls)])
     return ([rows, ["size", "target", "records/s", "MB/s", "ratio to standalone", "broker CPU s/GB",
-                    "broker minor faults per MB", "client CPU", "other load"]],
+                    "broker minor faults per MB", "client CPU", "other load (of it steal)"]],
             [lrows, ["paced", "size", "target", "p50 ms", "p99 ms", "max ms", "broker CPU (of one core)", "errors"]],
             cluster_logs)
 

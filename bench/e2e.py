@@ -65,11 +65,21 @@ def client_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _cpu_ticks() -> list[int]:
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
 def machine_busy() -> float:
     """CPU seconds every core spent not idle, from /proc/stat (to show other load)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    ticks = _cpu_ticks()
     idle = ticks[3] + ticks[4]  # idle + iowait
     return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_steal() -> float:
+    """CPU seconds the hypervisor ran something else while this machine's cores
+    had work (part of machine_busy)."""
+    return _cpu_ticks()[7] / os.sysconf("SC_CLK_TCK")
 
 
 class Meter:
