@@ -187,3 +187,25 @@ def test_a_refused_asker_asks_again_soon_then_ever_less_often():
 
     asyncio.run(scenario())
     assert [b - a for a, b in zip(asked_at, asked_at[1:])] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0, 0.25]
+
+
+def test_a_broker_held_off_asks_for_no_partition_until_the_hold_ends():
+    asked, holding = [], [True]
+
+    async def ask(topic, partition, owner):
+        asked.append((topic, partition, owner))
+        return False
+
+    async def scenario() -> None:
+        requests = MoveRequests(after=2, ask=ask, held_off=lambda: holding[0])
+        for _ in range(10):
+            requests.forwarded(TOPIC, 0, OTHER)
+            await requests.held([(TOPIC, 0)])
+        assert asked == [], "a spread-out broker keeps its partitions where they are"
+        holding[0] = False
+        for _ in range(2):
+            requests.forwarded(TOPIC, 0, OTHER)
+            await requests.held([(TOPIC, 0)])
+
+    asyncio.run(scenario())
+    assert asked == [(TOPIC, 0, OTHER)], "the hold over, it asks after move.after appends"

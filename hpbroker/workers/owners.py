@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol, cast
+from typing import Any, Callable, Protocol, cast
 
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import DEFAULT_TRANSACTION_PARTITIONS, group_owner, txn_owner
@@ -114,7 +114,7 @@ def _unreachable(call) -> ErrorCode:
 class Owners:
     def __init__(self, index: int, workers: int, local: LocalOwner, peers, offsets_partitions: int,
                  txn_partitions: int = DEFAULT_TRANSACTION_PARTITIONS, placement: Placement | None = None,
-                 move_after: int = 0):
+                 move_after: int = 0, moves_held_off: Callable[[], bool] | None = None):
         self.index = index
         self.workers = workers
         self.local = local
@@ -125,7 +125,7 @@ class Owners:
         self.placement = placement or Placement(workers)
         # partitions move only where there is a map of their moves (standalone brokers)
         self.moving = self.placement.moves is not None
-        self.moves = MoveRequests(move_after if self.moving else 0, self._ask_for)
+        self.moves = MoveRequests(move_after if self.moving else 0, self._ask_for, held_off=moves_held_off)
 
     def owner(self, worker: int) -> Owner:
         return self.local if worker == self.index else self._remote[worker]

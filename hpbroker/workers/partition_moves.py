@@ -137,7 +137,7 @@ class MoveRequests:
     elsewhere, asks for a partition once it has sent enough, and holds its
     next appends to it while it asks."""
 
-    def __init__(self, after: int, ask, clock=time.monotonic):
+    def __init__(self, after: int, ask, clock=time.monotonic, held_off: Callable[[], bool] | None = None):
         self.after = after  # partition.move.after.appends; 0: never ask
         self.ask = ask  # async (topic, partition, owner) -> bool, the owner's answer
         self.clock = clock
@@ -146,7 +146,7 @@ class MoveRequests:
         self._refusals: dict[tuple[str, int], int] = {}  # refusals in a row, for how long to wait
         self.asking: dict[tuple[str, int], asyncio.Future] = {}  # held appends wait on these
         self._tasks: set[asyncio.Task] = set()
-        self.held_off: Callable[[], bool] | None = None  # True while no partition is to be asked for (spread out)
+        self.held_off = held_off  # True while no partition is to be asked for (a spread-out broker)
 
     def forwarded(self, topic: str, partition: int, owner: int) -> None:
         """An append to ``owner``'s partition went over the channel."""

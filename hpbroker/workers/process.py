@@ -217,9 +217,9 @@ class Worker:
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
                         self.config["offsets.topic.num.partitions"],
                         self.config["transaction.state.log.num.partitions"], placement=self.placement,
-                        move_after=self.config["partition.move.after.appends"])
-        if self.gathering is not None:
-            owners.moves.held_off = self.gathering.held  # a spread-out broker keeps its partitions where they are
+                        move_after=self.config["partition.move.after.appends"],
+                        # a spread-out broker keeps its partitions where they are
+                        moves_held_off=self.gathering.held if self.gathering is not None else None)
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
                                  producer_ids=producer_ids,
