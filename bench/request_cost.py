@@ -264,15 +264,18 @@ def main(argv: list[str] | None = None) -> int:
                 res[t.name][f"list-offsets-{topic}"] = list_offsets(t, topic, s)
         # The floor is taken right before and right after hpbroker's phase, which
         # writes into the page cache as it does; the table shows the mean, the notes
-        # both. Every phase here starts after the same write-and-delete (``warm``),
-        # so none pays the host's first touches for coming first (Tansu keeps the
-        # records in its heap, a few times their size: the same fresh pages).
+        # both. Every phase here, floors included, starts right after the same
+        # write-and-delete (``warm``), so none pays the host's first touches for
+        # coming first (Tansu keeps the records in its heap, a few times their size:
+        # the same fresh pages), nor, if it lasts under two seconds, the host's
+        # handling of the pages the warm-up freed (bench/memory_probe.py).
         floors, warmed, warm_mib = [], {}, WARM_FACTOR * s.nbytes // MiB
         for t in targets[::-1]:
-            warmed[t.name] = warm(str(root), warm_mib)
             if t is hp:
+                warm(str(root), warm_mib)
                 say("floor: loopback recv() + write() into the page cache ...")
                 floors.append(recv_write(root, s.nbytes))
+            warmed[t.name] = warm(str(root), warm_mib)
             say(f"produce {s.nbytes // MiB} MiB of 1 KiB records: {t.name} ...")
             res[t.name]["bytes"] = per_byte(t, perf, work, s)
         say("floor again ...")
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"file system, before and after hpbroker's per-byte phase (the table: their mean): receiver user "
                  f"{before['user']:.2f} + sys {before['sys']:.2f} s, then {after['user']:.2f} + {after['sys']:.2f} s; "
                  f"write() alone {write_only['cpu'] / (write_only['bytes'] / GiB):.2f} CPU s/GiB")
-    notes.append(f"memory: {warm_mib:,} MiB written and deleted before each per-byte phase "
+    notes.append(f"memory: {warm_mib:,} MiB written and deleted before each per-byte phase and floor "
                  f"(bench/memory_probe.py warm), that write at "
                  + ", ".join(f"{cost:.2f} CPU s/GiB before {name}'s" for name, cost in warmed.items()))
     notes.append(f"storage: hpbroker {hp.storage}, {hp.broker.num_workers} workers; Tansu {ta.storage}")
