@@ -27,12 +27,12 @@ host's faults for its place in the order.
 The reporting is work too, and it runs on this machine's cores: the guest
 reports what it freed about two seconds later (the kernel's page reporting
 delay), and the host's handling of the report shows in the guest as steal
-time.  After a warm-up of a few GiB that was a fifth of both cores for a few
-hundred milliseconds, in whatever phase ran then (bench/cluster_e2e.py's
-phase after next, when the phase and the warm-up between were short: its
-figure fell by a third).  So ``warm`` first
-waits out the report of the previous warm-up's pages (``REPORTED_AFTER_S``
-since it freed them; nothing in the guest shows when the host is done), and a
+time.  After a warm-up of a few GiB that was a tenth to a third of both
+cores for a few hundred milliseconds, in whatever phase ran then
+(bench/cluster_e2e.py's phase after next, when the phase and the warm-up
+between were short: its figure fell by a third).  So ``warm`` first waits
+out the report of the previous warm-up's pages (``REPORTED_AFTER_S`` since
+it freed them; nothing in the guest shows when the host is done), and a
 phase that starts at once after its own warm-up and lasts under two seconds
 pays none of it.
 """
@@ -114,10 +114,11 @@ def _write_and_free(directory: str | None, mib: int) -> float:
 def warm(directory: str | None = None, mib: int = 1024) -> float:
     """Write ``mib`` MiB into a new file and delete it, so that the pages the
     next phase takes first (page cache or heap, whoever touches them) are ones
-    the host backs: pages freed here stay warm for about a minute before the
-    balloon returns them. Each phase of a comparison warmed this way starts
-    from the same state, as it would on bare metal, instead of the order of
-    the phases deciding who pays the host's faults. CPU s/GiB of that write;
+    the host backs: pages freed here stay warm for a while (seconds to about
+    a minute, as the host decides) before the balloon returns them. Each
+    phase of a comparison warmed this way starts from the same state, as it
+    would on bare metal, instead of the order of the phases deciding who pays
+    the host's faults. CPU s/GiB of that write;
     at most half the file system's free space is written (the warming is
     smaller then, never a full disk).  It starts once the host has handled
     the report of the previous warm-up's pages (module docstring)."""
