@@ -9,11 +9,12 @@ VIRTIO_BALLOON_F_REPORTING), the host takes back what the guest leaves free,
 and the guest's next touch of it faults into the host: the copy into the page
 cache then costs several times more, whoever writes.  On the machines these
 figures come from that first touch cost about 2.5 CPU s/GiB, ten times the
-copy.  Pages the guest freed stay backed for about a minute (a broker
-ingesting a GiB into them paid the same 20 s after they were freed, a tenth
-more after 60 s, a third more after 120 s), so what a phase pays depends on
-what ran before it: a phase after one that deleted its files is warm, one
-after phases that kept theirs is cold.
+copy.  Pages the guest freed stayed backed for about a minute when this was
+first measured (a broker ingesting a GiB into them paid the same 20 s after
+they were freed, a tenth more after 60 s, a third more after 120 s); on other
+days 20 s was already cold.  So what a phase pays depends on what ran before
+it: a phase after one that deleted its files is warm, one after phases that
+kept theirs is cold.
 
     .venv/bin/python bench/memory_probe.py [DIR]
 
