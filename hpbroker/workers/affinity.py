@@ -100,7 +100,7 @@ class Route:
                 spot = spot_of(self.client_port, gathering.loads.workers) if self.client_port >= 0 else here
                 return spot if spot != here else None
             home = min(recent)
-            return home if home != here and gathering.allowed() else None
+            return home if home != here and gathering.light() else None  # allowed(), the hold just asked
         if self.streak >= self.after and self.worker != here:
             return self.worker
         return None

@@ -127,9 +127,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.sock = transport.get_extra_info("socket")
         self.sock_fd = self.sock.fileno()  # for sendfile straight to it
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if isinstance(peer, tuple):
+            self.peer = f"{peer[0]}:{peer[1]}"
             self.route.client_port = peer[1]
+        else:
+            self.peer = str(peer)
         self.context.run(self._enter)
         self.task = asyncio.get_running_loop().create_task(self._serve(), context=self.context)
 

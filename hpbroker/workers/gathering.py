@@ -67,7 +67,11 @@ class Gathering:
 
     def allowed(self) -> bool:
         """Whether a connection spread over workers may gather now."""
-        return not self.held() and self.loads.total() < self.gather_below
+        return not self.held() and self.light()
+
+    def light(self) -> bool:
+        """Whether all workers together use under ``gather_below`` cores (hold or not)."""
+        return self.loads.total() < self.gather_below
 
     def held(self) -> bool:
         """Whether gathering and partition moves are held off after a spread."""

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Protocol, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import DEFAULT_TRANSACTION_PARTITIONS, group_owner, txn_owner
