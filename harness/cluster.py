@@ -99,6 +99,10 @@ class Cluster:
             except ProcessLookupError:
                 pass
 
+    def logs(self, lines: int = 40) -> str:
+        """The tail of every broker's log, for a failure message."""
+        return "\n".join(f"--- broker {i} ---\n{b.log_tail(lines)}" for i, b in self.brokers.items())
+
     # --- what ZooKeeper says ------------------------------------------------------------
     def registered(self) -> set[int]:
         return {int(c) for c in self.zk.get_children(znodes.BROKER_IDS)}
@@ -127,16 +131,27 @@ class Cluster:
                         f"{topic}-{partition} to have a leader")
 
     def wait_in_sync(self, topic: str, partitions: int) -> None:
-        """Until every replica of every partition is in the ISR and a live broker leads."""
+        """Until every replica of every partition is in the ISR and a live broker leads.
+        On a timeout the error names what was seen last: the live brokers and each
+        partition out of step (leader, ISR, replicas), and the brokers' log tails."""
+        seen: list[str] = []
+
         def full():
             live = self.registered()
             assignment = znodes.TopicAssignment.decode(topic, self.zk.get(znodes.topic_path(topic))[0])
+            behind = []
             for p in range(partitions):
                 if not self.zk.exists(znodes.partition_state_path(topic, p)):
-                    return False
+                    behind.append(f"{topic}-{p}: no state")
+                    continue
                 state = self.state(topic, p)
                 if state.leader not in live or sorted(state.isr) != sorted(assignment.partitions[p]):
-                    return False
-            return True
-        wait_for(full, WAIT_S * 2, f"every replica of {topic} to be in sync")
+                    behind.append(f"{topic}-{p}: leader {state.leader} (epoch {state.leader_epoch}), "
+                                  f"ISR {state.isr}, replicas {assignment.partitions[p]}")
+            seen[:] = [f"live brokers {sorted(live)}", *behind]
+            return not behind
+        try:
+            wait_for(full, WAIT_S * 2, f"every replica of {topic} to be in sync")
+        except TimeoutError as timeout:
+            raise TimeoutError(f"{timeout}; last seen: {'; '.join(seen)}\n{self.logs(80)}") from None
 

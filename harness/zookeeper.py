@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 
+from kazoo.client import KazooClient
+
 from harness.broker import free_port
 from harness.netns import entered
 from harness.waiting import wait_for
@@ -24,6 +26,19 @@ def four_letter(port: int, word: bytes, timeout: float = 1.0, host: str = "127.0
         while chunk := s.recv(4096):
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def expire_session(connect: str, client: KazooClient) -> None:
+    """Make ZooKeeper expire ``client``'s session now, as it does a broker's whose
+    heartbeats stopped: a second client takes over the session (same id and
+    password) and closes it. ``client`` hears of it on its next exchange and
+    opens a new session."""
+    assert client.client_id is not None, "the client has no session to expire"
+    session_id, password = client.client_id
+    twin = KazooClient(hosts=connect, client_id=(session_id, password))
+    twin.start(10)
+    twin.stop()
+    twin.close()
 
 
 class ZooKeeperServer:

@@ -1,10 +1,14 @@
 """Keeps a ``ClusterImage`` current with ZooKeeper watches.
 
-Watches fire on kazoo's event thread; each callback updates its part of the
-state under a lock and bumps a generation, and whoever acts on the image
-takes a consistent copy with ``image()`` (after ``wait_changed``).  kazoo's
-watch recipes re-arm themselves after a reconnect and after a new session,
-so the image catches up on everything missed while disconnected.
+Each kazoo watch recipe calls back with what it read; each callback updates
+its part of the state under a lock and bumps a generation, and whoever acts
+on the image takes a consistent copy with ``image()`` (after
+``wait_changed``).  kazoo's recipes re-arm themselves after a reconnect and
+after a new session, so the image catches up on everything missed while
+disconnected.  A recipe's callbacks come in the order of its reads, but two
+recipes' do not: after a reconnect each re-reads on a thread of its own.  So
+one part of the state has one recipe that decides it (a broker's presence,
+its node's watch; never the list of ``/brokers/ids``).
 """
 
 from __future__ import annotations
@@ -106,26 +110,30 @@ class ImageWatcher:
         self._generation += 1
         self._lock.notify_all()
 
-    # --- callbacks (kazoo's event thread) -----------------------------------------------
+    # --- callbacks (kazoo's threads) -----------------------------------------------------
     def _on_broker_ids(self, children: list[str]) -> bool:
+        # The list only finds brokers to watch; whether one is registered is its
+        # node's watch's say. A list read before a broker registered again can
+        # arrive after that watch delivered the new node: dropping the broker
+        # then was for good, and a broker missing from its own image fetches as
+        # no incarnation, which no leader lets into an ISR.
         ids = {int(c) for c in children if c.isdigit()}
         with self._lock:
             if self._stopped:
                 return False
-            for gone in set(self._brokers) - ids:
-                del self._brokers[gone]
-            self._changed()
             new = ids - self._watched_brokers
             self._watched_brokers |= new
         for broker_id in sorted(new):
             DataWatch(self.client, znodes.broker_path(broker_id), self._broker_watch(broker_id))
         return True
 
-    def _update(self, change) -> bool:
+    def _update(self, change, while_=lambda: True) -> bool:
         """Apply ``change`` to the state under the lock and wake the waiters;
-        False, which ends the watch, once stopped."""
+        False, which ends the watch, once stopped or once ``while_()`` is false.
+        ``while_`` is asked under the lock: another watch's callback (a topic's
+        deletion) may be changing what it reads on another thread."""
         with self._lock:
-            if self._stopped:
+            if self._stopped or not while_():
                 return False
             change()
             self._changed()
@@ -210,7 +218,7 @@ class ImageWatcher:
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring the state of %s-%d: %s", topic, partition, exc)
         # a watch of a deleted topic's partition ends (its topic watch forgot it)
-        return lambda data, stat: key in self._watched_states and self._update(lambda: change(data, stat))
+        return lambda data, stat: self._update(lambda: change(data, stat), while_=lambda: key in self._watched_states)
 
     def _config_watch(self, topic: str):
         def change(data) -> None:
@@ -221,4 +229,4 @@ class ImageWatcher:
                 self._configs[topic] = znodes.decode_topic_config(topic, data)
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring topic %s's config: %s", topic, exc)
-        return lambda data, _stat: topic in self._watched_topics and self._update(lambda: change(data))
+        return lambda data, _stat: self._update(lambda: change(data), while_=lambda: topic in self._watched_topics)

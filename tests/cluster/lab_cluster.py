@@ -83,8 +83,3 @@ class LabCluster(Cluster):
             session.close(self.zk)
             self.zk = None
         self.zookeeper.kill()
-
-    def logs(self, lines: int = 40) -> str:
-        """The tail of every broker's log, for a failure message."""
-        return "\n".join(f"--- broker {i} ---\n{b.log_tail(lines)}" for i, b in self.brokers.items())
-

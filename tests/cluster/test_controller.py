@@ -13,18 +13,23 @@ from tests.cluster.members import SESSION_MS, WAIT_S, controller_of, create_topi
 
 def test_one_controller_and_a_new_epoch_on_each_takeover(start_members, admin, chroot):
     members = start_members(1, 2, 3)
-    wait_for(lambda: admin.exists(znodes.CONTROLLER), WAIT_S, "a controller")
-    first, epoch = controller_of(admin)
+
+    def active() -> int | None:
+        """The one live member acting as controller, once it has bumped the epoch
+        (a winner writes /controller first and the epoch after it)."""
+        acting = [i for i, m in members.items() if m.alive and m.controller.active]
+        return acting[0] if len(acting) == 1 else None
+
+    first = wait_for(active, WAIT_S, "a controller")
     assert sum(m.controller.active for m in members.values()) == 1
+    _, epoch = controller_of(admin)
     members[first].crash(chroot)
-    wait_for(lambda: admin.exists(znodes.CONTROLLER) and controller_of(admin)[0] != first, WAIT_S,
-             "another broker to take over")
-    second, new_epoch = controller_of(admin)
-    assert new_epoch == epoch + 1 and second != first
+    second = wait_for(lambda: (i := active()) not in (None, first) and i, WAIT_S, "another broker to take over")
+    assert controller_of(admin) == (second, epoch + 1)
     members[second].leave()  # a clean stop resigns at once
-    wait_for(lambda: admin.exists(znodes.CONTROLLER) and controller_of(admin)[0] not in (first, second), WAIT_S,
-             "the last broker to take over")
-    assert controller_of(admin)[1] == epoch + 2
+    third = wait_for(lambda: (i := active()) not in (None, first, second) and i, WAIT_S,
+                     "the last broker to take over")
+    assert controller_of(admin) == (third, epoch + 2)
 
 
 def test_new_topics_get_leaders_and_a_dead_leader_is_replaced_from_the_isr(start_members, admin, chroot):

@@ -8,7 +8,7 @@ from kazoo.client import KazooClient
 
 from harness.broker import free_port
 from harness.waiting import wait_for
-from harness.zookeeper import ZooKeeperServer
+from harness.zookeeper import ZooKeeperServer, expire_session
 from hpbroker.cluster import registration, session, znodes
 
 SESSION_MS = 4000
@@ -125,13 +125,8 @@ def test_a_broker_whose_session_expired_registers_again(zookeeper, connect_to):
                                        on_lost=lambda: lost.append(1), on_registered=lambda: registered.append(1))
     member.start()
     assert registered == [1]
-    # Expire the session from the server side: another client with the same
-    # session id and password, closed (the standard way to force expiry).
-    session_id, password = client.client_id
-    twin = KazooClient(hosts=zookeeper.connect, client_id=(session_id, password))
-    twin.start(10)
-    twin.stop()
-    twin.close()
+    session_id = client.client_id[0]
+    expire_session(zookeeper.connect, client)
     wait_for(lambda: lost, 20, "the broker to notice its session is lost")
     wait_for(lambda: member.registered.is_set() and watcher.exists(znodes.broker_path(4)) is not None,
              20, "the broker to register again in a new session")

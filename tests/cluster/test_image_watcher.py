@@ -1,0 +1,88 @@
+"""The image's live brokers, kept by ``ImageWatcher`` against a real ZooKeeper,
+through sessions that expire and registrations that come back."""
+
+import pytest
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+
+from harness.waiting import wait_for
+from harness.zookeeper import expire_session
+from hpbroker.cluster import registration, session, znodes
+from hpbroker.cluster.watcher import ImageWatcher
+
+SESSION_MS = 4000
+WAIT_S = 20
+
+
+@pytest.fixture
+def sessions(chroot):
+    clients, watchers = [], []
+
+    def make(watched: bool = False):
+        client = session.connect(chroot, SESSION_MS, 10000)
+        clients.append(client)
+        if not watched:
+            return client
+        watcher = ImageWatcher(client)
+        watcher.start()
+        watchers.append(watcher)
+        return client, watcher
+
+    yield make
+    for watcher in watchers:
+        watcher.stop()
+    for client in clients:
+        session.close(client)
+
+
+def registered_epoch(client, broker_id: int) -> int:
+    """The epoch of the node ``broker_id`` holds now; -1 while it has none, or
+    while ``client``'s session is being replaced."""
+    try:
+        return client.get(znodes.broker_path(broker_id))[1].czxid
+    except (NoNodeError, SessionExpiredError, ConnectionLoss):
+        return -1
+
+
+def test_a_broker_list_read_before_a_re_registration_does_not_drop_the_new_one(zookeeper, sessions):
+    """The list of ``/brokers/ids`` and each broker's node come through different
+    watches, on different threads: a list read while broker 7 was away can be
+    delivered after the watch of its node has delivered its new registration.
+    Broker 7 must stay in the image, at its new epoch (it was lost for good, so
+    no leader let it back into an ISR)."""
+    member_client = sessions()
+    _client, watcher = sessions(watched=True)
+    member = registration.Registration(member_client, znodes.BrokerRegistration(7, "127.0.0.1", 19107))
+    member.start()
+    first = registered_epoch(member_client, 7)
+    wait_for(lambda: 7 in watcher.image().brokers, WAIT_S, "the watcher to see broker 7")
+
+    expire_session(zookeeper.connect, member_client)
+    wait_for(lambda: (b := watcher.image().brokers.get(7)) is not None and b.epoch > first, WAIT_S,
+             "the watcher to see broker 7's new registration")
+    # what a list read between the expiry and the new registration would have said, late
+    watcher._on_broker_ids([])
+    watcher._on_broker_ids(member_client.get_children(znodes.BROKER_IDS))
+    assert watcher.image().brokers[7].epoch == registered_epoch(member_client, 7)
+
+    member.close()  # a broker that leaves goes from the image by its own node's watch
+    wait_for(lambda: 7 not in watcher.image().brokers, WAIT_S, "broker 7 to leave the image")
+
+
+def test_a_broker_sees_itself_again_after_each_of_its_sessions_expires(zookeeper, sessions):
+    """The acceptor's case: registration and watcher share the session, so on a
+    new session the list, the node's watch and the registration race each
+    other. Each time, the image must end with this broker at the epoch of the
+    node it holds now: that is the incarnation its fetches name."""
+    client, watcher = sessions(watched=True)
+    member = registration.Registration(client, znodes.BrokerRegistration(8, "127.0.0.1", 19108))
+    member.start()
+    for _ in range(5):
+        before = registered_epoch(client, 8)
+        wait_for(lambda: (b := watcher.image().brokers.get(8)) is not None and b.epoch == before, WAIT_S,
+                 "the image to hold this broker's registration")
+        expire_session(zookeeper.connect, client)
+        wait_for(lambda: member.registered.is_set() and registered_epoch(client, 8) > before, WAIT_S,
+                 "this broker to register again")
+        now = registered_epoch(client, 8)
+        wait_for(lambda: (b := watcher.image().brokers.get(8)) is not None and b.epoch == now, WAIT_S,
+                 "the image to hold this broker's new registration")
