@@ -47,8 +47,9 @@ def test_a_broker_list_read_before_a_re_registration_does_not_drop_the_new_one(z
     """The list of ``/brokers/ids`` and each broker's node come through different
     watches, on different threads: a list read while broker 7 was away can be
     delivered after the watch of its node has delivered its new registration.
-    Broker 7 must stay in the image, at its new epoch (it was lost for good, so
-    no leader let it back into an ISR)."""
+    Broker 7 must stay in the image, at its new epoch. (It was dropped for good:
+    a broker missing from its own image fetched as no incarnation, and no
+    leader let it back into an ISR.)"""
     member_client = sessions()
     _client, watcher = sessions(watched=True)
     member = registration.Registration(member_client, znodes.BrokerRegistration(7, "127.0.0.1", 19107))
