@@ -301,6 +301,14 @@ class Broker:
                     continue
         return None
 
+    def worker_serving(self, client_port: int, timeout: float = 30.0) -> int:
+        """``worker_holding``, waited for: a connection just accepted, or being
+        moved, is in the acceptor's hands for a moment."""
+        def held() -> tuple[int] | None:
+            index = self.worker_holding(client_port)
+            return None if index is None else (index,)
+        return wait_for(held, timeout, f"a worker to hold the connection from port {client_port}")[0]
+
     def kill_worker(self, index: int, timeout: float = START_TIMEOUT_S) -> int:
         """SIGKILL worker ``index``; wait until the acceptor has a new one up.
         Returns the new pid."""

@@ -32,14 +32,6 @@ def _create(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
 
 
-def _holder(broker, client_port: int) -> int:
-    """The worker holding the connection from ``client_port`` (waiting while it is handed over)."""
-    def held() -> tuple[int] | None:
-        index = broker.worker_holding(client_port)
-        return None if index is None else (index,)
-    return wait_for(held, 30, "the connection held by a worker")[0]
-
-
 def _produce_request(topic: str, value: bytes) -> ProduceRequest:
     batch = encode_batch([Record(0, 0, None, value)])
     return make(ProduceRequest, transactional_id=None, acks=i16(1), timeout=i32Timedelta.parse(
@@ -68,7 +60,7 @@ def test_connections_move_to_the_owner_of_their_partition_and_keep_their_stream(
     async def produce() -> tuple[list, list, list]:
         conns = [await ClientConnection.open(broker.host, broker.port, f"mover-{i}") for i in range(4)]
         ports = [c.get_extra_info("sockname")[1] for c in conns]
-        before = [_holder(broker, p) for p in ports]
+        before = [broker.worker_serving(p) for p in ports]
         offsets: list[list[int]] = [[] for _ in conns]
         for round_ in range(rounds):
             answers = await asyncio.gather(*(c.send(_produce_request(topic, b"%d-%d" % (i, round_)))
@@ -77,7 +69,7 @@ def test_connections_move_to_the_owner_of_their_partition_and_keep_their_stream(
                 part = answer.responses[0].partition_responses[0]
                 assert part.error_code == ErrorCode.none
                 offsets[i].append(part.base_offset)
-        after = [_holder(broker, p) for p in ports]
+        after = [broker.worker_serving(p) for p in ports]
         for c in conns:
             c.close()
         return before, after, offsets

@@ -102,7 +102,7 @@ def test_a_partition_both_workers_write_stays_where_it_is(broker_factory):
 
     async def produce() -> set[int]:
         conns = [await ClientConnection.open(broker.host, broker.port, f"writer-{i}") for i in range(4)]
-        holders = {broker.worker_holding(c.get_extra_info("sockname")[1]) for c in conns}
+        holders = {broker.worker_serving(c.get_extra_info("sockname")[1]) for c in conns}
         for round_ in range(rounds):
             answers = await asyncio.gather(*(c.send(_produce_request(topic, (round_ + i) % 2, b"%d" % round_))
                                              for i, c in enumerate(conns)))
@@ -132,7 +132,7 @@ def test_connections_writing_both_workers_partitions_gather_on_one_and_the_parti
     async def produce() -> tuple[set, set, int]:
         conns = [await ClientConnection.open(broker.host, broker.port, f"writer-{i}") for i in range(4)]
         ports = [c.get_extra_info("sockname")[1] for c in conns]
-        before = {broker.worker_holding(p) for p in ports}
+        before = {broker.worker_serving(p) for p in ports}
         round_ = 0
         # 300 rounds at least, then on until the move is counted (a first ask may meet a connection still there)
         while round_ < 300 or (round_ % 50 or value(scrape(port), MOVED) < 1) and time.monotonic() < deadline:
@@ -140,7 +140,7 @@ def test_connections_writing_both_workers_partitions_gather_on_one_and_the_parti
                                              for i, c in enumerate(conns)))
             assert all(a.responses[0].partition_responses[0].error_code == ErrorCode.none for a in answers)
             round_ += 1
-        after = {broker.worker_holding(p) for p in ports}
+        after = {broker.worker_serving(p) for p in ports}
         for c in conns:
             c.close()
         return before, after, round_
@@ -183,7 +183,7 @@ def test_a_saturated_worker_spreads_out_what_gathered_on_it(broker_factory):
             round_ += 1
             if until is None and round_ % 50 == 0 and spread():
                 until = round_ + 200
-        after = {p: broker.worker_holding(p) for p in ports}
+        after = {p: broker.worker_serving(p) for p in ports}
         for c in conns:
             c.close()
         return after, {p: spot_of(p, 2) for p in ports}, round_
