@@ -119,10 +119,10 @@ def warm(directory: str | None = None, mib: int = 1024) -> float:
     a minute, as the host decides) before the balloon returns them. Each
     phase of a comparison warmed this way starts from the same state, as it
     would on bare metal, instead of the order of the phases deciding who pays
-    the host's faults. CPU s/GiB of that write;
-    at most half the file system's free space is written (the warming is
-    smaller then, never a full disk).  It starts once the host has handled
-    the report of the previous warm-up's pages (module docstring)."""
+    the host's faults. CPU s/GiB of that write; at most half the file
+    system's free space is written (the warming is smaller then, never a
+    full disk).  It starts once the host has handled the report of the
+    previous warm-up's pages (module docstring)."""
     _settle()
     return _write_and_free(directory, mib)
 
