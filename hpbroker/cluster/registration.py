@@ -15,11 +15,15 @@ import threading
 import time
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from hpbroker.cluster import znodes
 
 log = logging.getLogger(__name__)
+
+# pauses between attempts to register again in a session that refused it
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 10.0
 
 
 class BrokerIdInUse(Exception):
@@ -65,9 +69,12 @@ class Registration:
     """Keeps ``/brokers/ids/<id>`` present for as long as this broker runs.
 
     A lost session takes the node with it; when kazoo opens a new session the
-    node is created again (on kazoo's worker, not its connection thread).
-    ``on_lost`` and ``on_registered`` let the broker stop acting as leader while
-    it is not a member, and resume once it is again."""
+    node is created again (on kazoo's worker, not its connection thread), and
+    tried again while the session stays but the attempt fails: a broker
+    misconfigured with this id may have taken it meanwhile and be stopped
+    later, and nothing else would bring this one back.  ``on_lost`` and
+    ``on_registered`` let the broker stop acting as leader while it is not a
+    member, and resume once it is again."""
 
     def __init__(self, client: KazooClient, registration: znodes.BrokerRegistration,
                  on_lost=lambda: None, on_registered=lambda: None, stale_wait_s: float = 0.0):
@@ -81,6 +88,8 @@ class Registration:
         self.on_registered = on_registered
         self.registered = threading.Event()
         self._closed = False
+        self._stopped = threading.Event()  # wakes a pause between attempts at close
+        self._registering = threading.Lock()  # one attempt at a time: a reconnect may come during a pause
 
     def start(self) -> None:
         """Register now (raising ``BrokerIdInUse``), then follow the session."""
@@ -137,13 +146,27 @@ class Registration:
         return False
 
     def _register_again(self) -> None:
-        try:
-            self._create()
-        except Exception:  # logged; the next reconnect tries again
-            log.exception("re-registering broker %d failed", self.registration.broker_id)
+        """Register in the new session, trying again after a growing pause
+        while it fails and the session stays connected (a reconnect spawns a
+        fresh attempt)."""
+        pause = RETRY_FIRST_S
+        with self._registering:
+            while not self._closed and not self.registered.is_set() and self.client.state == KazooState.CONNECTED:
+                try:
+                    self._create()
+                    return
+                except (BrokerIdInUse, KazooException) as exc:
+                    log.error("broker %d could not register again: %s; trying again in %.1f s",
+                              self.registration.broker_id, exc, pause)
+                except Exception:
+                    log.exception("registering broker %d again failed; trying again in %.1f s",
+                                  self.registration.broker_id, pause)
+                self._stopped.wait(pause)
+                pause = min(pause * 2, RETRY_MAX_S)
 
     def close(self) -> None:
         self._closed = True
+        self._stopped.set()
         try:
             self.client.delete(self.path)
         except (NoNodeError, Exception):  # the session may already be gone

@@ -134,6 +134,34 @@ def test_a_broker_whose_session_expired_registers_again(zookeeper, connect_to):
     assert watcher.get(znodes.broker_path(4))[1].ephemeralOwner == client.client_id[0] != session_id
 
 
+def test_a_broker_whose_id_was_taken_while_it_was_away_registers_once_it_is_free(zookeeper, connect_to, caplog):
+    """A broker misconfigured with the same id starts while the first one's
+    session has expired: the first is refused in its new session, keeps
+    trying while that session stays, and is back once the impostor stops."""
+    client, intruder_client, watcher = connect_to(), connect_to(), connect_to()
+    intruder = registration.Registration(intruder_client, znodes.BrokerRegistration(8, "127.0.0.1", 19099))
+    registered = []
+    member = registration.Registration(client, znodes.BrokerRegistration(8, "127.0.0.1", 19098),
+                                       # the intruder registers before this broker's new session is open
+                                       on_lost=intruder.start, on_registered=lambda: registered.append(1),
+                                       stale_wait_s=0.2)
+    member.start()
+    expire_session(zookeeper.connect, client)
+    wait_for(lambda: any("could not register again" in r.getMessage() for r in caplog.records), 20,
+             "the broker to be refused its id in its new session")
+    data, stat = watcher.get(znodes.broker_path(8))
+    assert znodes.BrokerRegistration.decode(8, data).port == 19099
+    assert stat.ephemeralOwner == intruder_client.client_id[0]
+    assert not member.registered.is_set() and registered == [1]
+
+    session.close(intruder_client)  # the operator stops the impostor
+    wait_for(lambda: member.registered.is_set(), 20, "the broker to register once its id is free")
+    data, stat = watcher.get(znodes.broker_path(8))
+    assert znodes.BrokerRegistration.decode(8, data).port == 19098
+    assert stat.ephemeralOwner == client.client_id[0]
+    assert registered == [1, 1]
+
+
 def test_registration_survives_a_zookeeper_restart(tmp_path):
     server = ZooKeeperServer(tmp_path / "zk").start()
     try:
