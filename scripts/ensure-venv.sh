@@ -1,6 +1,8 @@
 # Sourced by the other scripts: create .venv in the repo root and install the
-# project into it (with the extras named in $1) when it is missing or
-# pyproject.toml changed since the last install.
+# project into it (with the extras named in $1) when it is missing,
+# pyproject.toml changed since the last install, or the install was made
+# from another path (a moved or copied checkout: its entry points and the
+# editable install name the old one).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -20,9 +22,9 @@ if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
 fi
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ] || [ "$(cat "$STAMP")" != "$ROOT" ]; then
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
     "$VENV/bin/python" -m hpbroker.kernels.compile >/dev/null  # the kernels, compiled into the package
-    touch "$STAMP"
+    echo "$ROOT" >"$STAMP"
 fi
