@@ -148,12 +148,14 @@ class Registration:
     def _register_again(self) -> None:
         """Register in the new session, trying again after a growing pause
         while it fails and the session stays connected (a reconnect spawns a
-        fresh attempt)."""
+        fresh attempt).  A node found there is another live broker's, not a
+        crashed predecessor's (this process is the predecessor): no waiting
+        it out, the pauses do that."""
         pause = RETRY_FIRST_S
         with self._registering:
             while not self._closed and not self.registered.is_set() and self.client.state == KazooState.CONNECTED:
                 try:
-                    self._create()
+                    self._create(deadline=0.0)
                     return
                 except (BrokerIdInUse, KazooException) as exc:
                     log.error("broker %d could not register again: %s; trying again in %.1f s",

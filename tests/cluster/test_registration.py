@@ -144,7 +144,7 @@ def test_a_broker_whose_id_was_taken_while_it_was_away_registers_once_it_is_free
     member = registration.Registration(client, znodes.BrokerRegistration(8, "127.0.0.1", 19098),
                                        # the intruder registers before this broker's new session is open
                                        on_lost=intruder.start, on_registered=lambda: registered.append(1),
-                                       stale_wait_s=0.2)
+                                       stale_wait_s=30)  # for a start's crashed predecessor, not here
     member.start()
     expire_session(zookeeper.connect, client)
     wait_for(lambda: any("could not register again" in r.getMessage() for r in caplog.records), 20,
