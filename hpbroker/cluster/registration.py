@@ -87,8 +87,7 @@ class Registration:
         self.on_lost = on_lost
         self.on_registered = on_registered
         self.registered = threading.Event()
-        self._closed = False
-        self._stopped = threading.Event()  # wakes a pause between attempts at close
+        self._closed = threading.Event()  # set by close(); also wakes a pause between attempts
         self._registering = threading.Lock()  # one attempt at a time: a reconnect may come during a pause
 
     def start(self) -> None:
@@ -134,7 +133,7 @@ class Registration:
         return False
 
     def _on_state(self, state: str) -> bool:
-        if self._closed:
+        if self._closed.is_set():
             return True  # removes the listener
         if state == KazooState.LOST:
             self.registered.clear()
@@ -153,7 +152,8 @@ class Registration:
         it out, the pauses do that."""
         pause = RETRY_FIRST_S
         with self._registering:
-            while not self._closed and not self.registered.is_set() and self.client.state == KazooState.CONNECTED:
+            while (not self._closed.is_set() and not self.registered.is_set()
+                   and self.client.state == KazooState.CONNECTED):
                 try:
                     self._create(deadline=0.0)
                     return
@@ -163,12 +163,11 @@ class Registration:
                 except Exception:
                     log.exception("registering broker %d again failed; trying again in %.1f s",
                                   self.registration.broker_id, pause)
-                self._stopped.wait(pause)
+                self._closed.wait(pause)
                 pause = min(pause * 2, RETRY_MAX_S)
 
     def close(self) -> None:
-        self._closed = True
-        self._stopped.set()
+        self._closed.set()
         try:
             self.client.delete(self.path)
         except (NoNodeError, Exception):  # the session may already be gone
