@@ -17,7 +17,12 @@ after the other:
   the requests are for the other worker's partition); then acks=all (the
   clients' default) with 10 of them. Counted inside a steady window from
   the clients' own statistics (interpolated at the window's edges);
-  hpbroker's /metrics counters cross-check records per request.
+  hpbroker's /metrics counters cross-check records per request. Each of
+  these phases, and the fetch long poll below, is three 5 s windows per
+  broker taken in turns (who goes first swapped each round): the table
+  pools them, and beside each ratio gives the range of the rounds' ratios,
+  since the cost of a window drifts on a shared machine by more than the
+  brokers differ.
 * fetch long poll: consumers at the end of an empty partition, each Fetch
   waiting ``fetch.wait.max.ms`` and coming back empty (the purgatory's timeout path).
 * ListOffsets "latest": a Python raw-socket loop, one request outstanding per
@@ -81,12 +86,13 @@ class Settings:
     fetch_wait_ms: int
     lo_conns: int
     nbytes: int  # per-byte phase
+    rounds: int = 1  # windows per target of each windowed phase, the targets' order swapped each round
 
 
-FULL = Settings(window=15.0, warmup=2.0, idle=5.0, levels=(2, 10, 100), acks_all_conns=10, fetch_conns=20,
-                fetch_wait_ms=50, lo_conns=10, nbytes=GiB)
+FULL = Settings(window=5.0, warmup=2.0, idle=5.0, levels=(2, 10, 100), acks_all_conns=10, fetch_conns=20,
+                fetch_wait_ms=50, lo_conns=10, nbytes=GiB, rounds=3)
 QUICK = Settings(window=4.0, warmup=1.0, idle=2.0, levels=(2, 10, 100), acks_all_conns=10, fetch_conns=20,
-                 fetch_wait_ms=50, lo_conns=10, nbytes=256 * MiB)
+                 fetch_wait_ms=50, lo_conns=10, nbytes=256 * MiB, rounds=1)
 
 
 def say(text: str) -> None:
@@ -120,6 +126,36 @@ def windowed(target: Target, fleet: Fleet, api: str, s: Settings) -> dict:
             "us": r["broker_cpu"] / requests * 1e6 if requests else float("nan"), "server": server}
 
 
+def in_rounds(targets: list[Target], s: Settings, label: str, phase, first: int = 0) -> dict[str, dict]:
+    """``phase(target, round)`` for every target, ``s.rounds`` times, who goes first
+    swapped each round (starting with ``targets[first]``), pooled per target. On a
+    shared machine the cost of a window drifts by more than the brokers differ;
+    windows taken in turns see the same drift, so each round's ratio is a fair one."""
+    runs: dict[str, list[dict]] = {t.name: [] for t in targets}
+    for r in range(s.rounds):
+        order = targets if (first + r) % 2 == 0 else targets[::-1]
+        for t in order:
+            say(f"{label}: {t.name}" + (f", round {r + 1} of {s.rounds}" if s.rounds > 1 else "") + " ...")
+            runs[t.name].append(phase(t, r))
+    return {name: pooled(rs) for name, rs in runs.items()}
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Windows of one phase as one: counts and CPU summed, so the figure is per
+    request over all of them; each window's µs/request kept (``rounds_us``)."""
+    summed = ("wall", "broker_cpu", "broker_user", "broker_sys", "broker_minor_faults", "client_cpu",
+              "requests", "messages")
+    out: dict = {k: sum(r[k] for r in runs) for k in summed}
+    out["other_share"] = sum(r["other_share"] * r["wall"] for r in runs) / out["wall"]
+    servers = [r["server"] for r in runs]
+    out["server"] = None if None in servers else {
+        k: sum(srv.get(k, 0.0) for srv in servers) for k in set().union(*servers)}
+    out["rps"] = out["requests"] / out["wall"]
+    out["us"] = out["broker_cpu"] / out["requests"] * 1e6 if out["requests"] else float("nan")
+    out["rounds_us"] = [r["us"] for r in runs]
+    return out
+
+
 def produce_requests(target: Target, perf: Path, work: Path, conns: int, s: Settings, acks: int = 1,
                      spread: bool = False) -> dict:
     """Each connection writes one partition, or with ``spread`` each record to a partition of
@@ -146,7 +182,7 @@ def list_offsets(target: Target, topic: str, s: Settings) -> dict:
     def edge() -> None:
         edges.append(Meter(target) if not edges else edges[0].stop())
 
-    answered, first = closed_loop(host, int(port), list_offsets_request(topic, 0), s.lo_conns, s.window,
+    answered, first = closed_loop(host, int(port), list_offsets_request(topic, 0), s.lo_conns, s.window * s.rounds,
                                   s.warmup, edge)
     error, _ = list_offsets_answer(first)
     r = edges[1]
@@ -186,11 +222,21 @@ def _fmt(x: float | None, digits: int) -> str:
     return "-" if x is None or x != x else f"{x:,.{digits}f}"
 
 
+def _ratio(h: float | None, t: float | None) -> float | None:
+    return h / t if h is not None and t and h == h and t == t else None
+
+
 def _row(label: str, h: float | None, t: float | None, digits: int, floor: float | None = None,
          load: tuple[dict, dict] | None = None) -> list[str]:
-    ratio = h / t if h is not None and t and h == h and t == t else None
+    """A table row; with ``load`` from windows taken in rounds, the ratio is followed
+    by the range of the rounds' own ratios."""
+    ratio = _ratio(h, t)
     other = "-" if load is None else " / ".join(f"{100 * r['other_share']:.0f}%" for r in load)
     shown = "-" if ratio is None else f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+    if ratio is not None and load is not None and len(load[0].get("rounds_us", ())) > 1:
+        each = [x for x in map(_ratio, load[0]["rounds_us"], load[1]["rounds_us"]) if x is not None]
+        if each:
+            shown += f" ({min(each):.2f}-{max(each):.2f})"
     return [label, _fmt(h, digits), _fmt(t, digits), shown, _fmt(floor, digits), other]
 
 
@@ -244,20 +290,21 @@ def main(argv: list[str] | None = None) -> int:
         for t in targets:
             say(f"idle {t.name} ...")
             res[t.name]["idle"] = idle(t, s)
-        for i, conns in enumerate(s.levels):
-            for t in targets if i % 2 == 0 else targets[::-1]:  # alternate who goes first
-                say(f"produce, one 100 B record per request, {conns} connections: {t.name} ...")
-                res[t.name][f"produce-{conns}"] = produce_requests(t, perf, work, conns, s)
-        for t in targets[::-1]:
-            say(f"produce, one 100 B record per request to either partition, {s.acks_all_conns} connections: "
-                f"{t.name} ...")
-            res[t.name]["produce-spread"] = produce_requests(t, perf, work, s.acks_all_conns, s, spread=True)
-        for t in targets:
-            say(f"produce, one 100 B record per request, acks=all, {s.acks_all_conns} connections: {t.name} ...")
-            res[t.name]["produce-all"] = produce_requests(t, perf, work, s.acks_all_conns, s, acks=-1)
-        for t in targets[::-1]:
-            say(f"fetch long poll, {s.fetch_conns} connections: {t.name} ...")
-            res[t.name]["fetch"] = fetch_long_poll(t, perf, work, s)
+        windowed_phases = [
+            *((f"produce-{conns}", f"produce, one 100 B record per request, {conns} connections",
+               lambda t, r, conns=conns: produce_requests(t, perf, work / f"round-{r}", conns, s))
+              for conns in s.levels),
+            ("produce-spread", f"produce, one 100 B record per request to either partition, {s.acks_all_conns} "
+             "connections", lambda t, r: produce_requests(t, perf, work / f"round-{r}", s.acks_all_conns, s,
+                                                          spread=True)),
+            ("produce-all", f"produce, one 100 B record per request, acks=all, {s.acks_all_conns} connections",
+             lambda t, r: produce_requests(t, perf, work / f"round-{r}", s.acks_all_conns, s, acks=-1)),
+            ("fetch", f"fetch long poll, {s.fetch_conns} connections",
+             lambda t, r: fetch_long_poll(t, perf, work / f"round-{r}", s)),
+        ]
+        for i, (key, label, phase) in enumerate(windowed_phases):
+            for name, figures in in_rounds(targets, s, label, phase, first=i % 2).items():
+                res[name][key] = figures
         for topic in (IDLE_TOPIC, REQ_TOPIC):
             for t in targets:
                 say(f"ListOffsets on {topic}, {s.lo_conns} connections: {t.name} ...")
@@ -335,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             line = (f"{name} {key}: {x['requests']:,.0f} requests in {x['wall']:.1f} s, broker user "
                     f"{x['broker_user']:.2f} + sys {x['broker_sys']:.2f} s{_net(x, idle_rate)}, "
                     f"clients {x['client_cpu']:.2f} s")
+            if len(x["rounds_us"]) > 1:
+                line += f", rounds {' / '.join(_fmt(us, 1) for us in x['rounds_us'])} µs/request"
             if key.startswith("produce"):
                 line += f", records/request {x['messages'] / x['requests']:.3f} (client stats)" if x["requests"] else ""
                 srv = x["server"]
