@@ -127,3 +127,28 @@ def test_log_read_whole_log(benchmark, filled_log):
 def test_raw_sequential_read(benchmark, filled_log):
     total = benchmark.pedantic(lambda: _read_raw(filled_log), rounds=5, iterations=1)
     benchmark.extra_info["GB/s"] = round(total / benchmark.stats.stats.median / 1e9, 3)
+
+
+BEHIND_BATCHES = 48  # how far a follower trailed the leader under unpaced acks=all (bench/cluster_e2e.py)
+
+
+def test_log_read_behind_the_tail_while_appending(benchmark, workdir, one_mib_batch):
+    """A follower 48 batches behind reading 1 MiB, a batch appended before each
+    read (not timed), as under an unpaced acks=all producer: each read starts
+    where the last one ended, older than the recent batches, while the segment
+    keeps growing."""
+    log = Log.open(os.path.join(workdir, "behind-0"), "behind", 0, LogConfig())
+    for _ in range(BEHIND_BATCHES):
+        log.append(bytearray(one_mib_batch))
+    reader = {"offset": 0}
+
+    def append():
+        log.append(bytearray(one_mib_batch))
+
+    def read():
+        found = log.read(reader["offset"], 1 << 20)
+        assert found is not None
+        reader["offset"] = found.first_offset + BATCH_RECORDS
+
+    benchmark.pedantic(read, setup=append, rounds=200, iterations=1)
+    log.close()

@@ -25,6 +25,7 @@ from hpbroker.storage import (
     UnsupportedFormatError,
     filenames,
 )
+from hpbroker.storage.segment import RECENT_BATCHES
 from tests.log_helpers import batches_in, make_batch, read_all
 
 T0 = 1_700_000_000_000
@@ -537,6 +538,9 @@ def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_facto
             log.append(bytearray(b"".join(make_batch(count, value_size=size, tag=f"a{i}b{j}") for j in range(batches))))
     append(appends)
     if cut is not None:
+        for segment in log.segments:  # reads before the cut leave cursors where batches are cut and written anew
+            for offset in range(segment.base_offset, log.log_end_offset):
+                segment.read(offset, 150)
         log.truncate_to(min(cut, log.log_end_offset))
         append(appends[:3])
     end = log.log_end_offset
@@ -546,11 +550,44 @@ def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_facto
             for max_bytes in (0, 1, 150, 800, 2500, 1 << 20):
                 for max_offset in (None, end, max(0, end - 3)):
                     for min_one in (True, False):
-                        expected = segment.read_scanned(offset, max_bytes, max_offset, min_one)
+                        expected = _read_by_the_index(segment, offset, max_bytes, max_offset, min_one)
                         assert segment.read(offset, max_bytes, max_offset, min_one) == expected, \
                             (segment.base_offset, offset, max_bytes, max_offset, min_one)
                         answered_from_recent += bool(segment.recent) and offset >= segment.recent[0][0]
     assert answered_from_recent > 0
+
+
+def _read_by_the_index(segment, offset: int, max_bytes: int, max_offset, min_one: bool):
+    """``read_scanned`` as if no read had ended anywhere before (no cursor to start from)."""
+    kept = dict(segment._cursors)
+    segment._cursors.clear()
+    try:
+        return segment.read_scanned(offset, max_bytes, max_offset, min_one)
+    finally:
+        segment._cursors.clear()
+        segment._cursors.update(kept)
+
+
+def test_a_follower_behind_the_recent_batches_is_found_where_its_last_read_ended(tmp_path, monkeypatch):
+    """A follower further behind than the recent batches fetches batch after
+    batch (its byte limit is below one batch: one each time); after its first
+    read, each next one starts where the last ended, so the index is not
+    searched again, and every answer is the index's."""
+    log = Log.open(str(tmp_path / "t-0"), "t", 0, LogConfig(index_interval_bytes=300))
+    for i in range(RECENT_BATCHES * 3):
+        log.append(bytearray(make_batch(3, value_size=200, tag=f"b{i}")))
+    segment = log.active_segment
+    behind = range(0, 3 * RECENT_BATCHES * 2, 3)  # the batches older than the recent ones
+    expected = [_read_by_the_index(segment, offset, 1, None, True) for offset in behind]
+    searched: list[int] = []
+    real_find = segment.find_batch
+    monkeypatch.setattr(segment, "find_batch", lambda at: searched.append(at) or real_find(at))
+    got = []
+    for offset in behind:
+        found = log.read(offset, 1)
+        got.append((found.position, found.size))
+    assert got == expected
+    assert searched == [0]  # only the first read, which no earlier read ended at
 
 
 def test_a_flush_fsyncs_the_indexes_only_when_they_changed(tmp_path, monkeypatch):

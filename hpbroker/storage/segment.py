@@ -47,6 +47,10 @@ from hpbroker.storage.txn_index import TransactionIndex
 _EMPTY = np.zeros(0, np.uint8)
 _IOV_MAX = 1024
 RECENT_BATCHES = 16  # per active segment, published for readers in other workers
+# Where the last reads beyond the recent batches ended, per segment: a follower
+# further behind than those (under a producer faster than it, tens of megabytes)
+# fetches next exactly where its last read ended, and is then found without the index.
+READ_CURSORS = 8
 
 
 class BatchLocation(NamedTuple):
@@ -109,6 +113,7 @@ class LogSegment:
         # newest last: what a reader in another worker may locate without the index
         self.recent: collections.deque[tuple[int, int, int, int]] = collections.deque(maxlen=RECENT_BATCHES)
         self.recent_generation = 0  # moves whenever ``recent`` is cut: what was published of it no longer holds
+        self._cursors: dict[int, int] = {}  # next offset -> position of its batch, where a read ended (READ_CURSORS)
         self._pending_batches: list[tuple[int, int, int, int]] = []
         self.offset_index = OffsetIndex(index_path, base_offset, max_index_bytes)
         self.time_index = TimeIndex(time_index_path, base_offset, max_index_bytes)
@@ -326,6 +331,14 @@ class LogSegment:
                 self._view = np.frombuffer(self._map, dtype=np.uint8, count=size)
         return self._view
 
+    def _view_to(self, end: int) -> np.ndarray:
+        """A view of the first ``end`` written bytes: the current map when it
+        reaches that far, so reading older bytes of a growing segment does not
+        map it anew after every write (a new map is faulted in page by page)."""
+        if self._map is not None and len(self._map) >= end:
+            return np.frombuffer(self._map, dtype=np.uint8, count=end)
+        return self.view()
+
     def find_batch(self, offset: int) -> BatchLocation | None:
         """The first written batch whose last offset is >= ``offset``, or None."""
         if offset >= self._state.next_offset:
@@ -352,8 +365,11 @@ class LogSegment:
         at most ``max_bytes`` unless ``min_one`` and the first batch alone is larger,
         and none starting at or above ``max_offset``.  None when there is nothing.
         An offset among the recent batches (a follower or consumer at the tail) is
-        located from them; any other is scanned for."""
+        located from them, one where an earlier read ended from there
+        (``READ_CURSORS``); any other is scanned for."""
         found = self._read_recent(offset, max_bytes, max_offset, min_one)
+        if found is NOT_COVERED:
+            found = self._read_from_cursor(offset, max_bytes, max_offset, min_one)
         if found is not NOT_COVERED:
             return cast("tuple[int, int] | None", found)
         return self.read_scanned(offset, max_bytes, max_offset, min_one)
@@ -374,14 +390,49 @@ class LogSegment:
         if first is None or (max_offset is not None and first.base_offset >= max_offset):
             return None
         end = min(self._state.size, first.position + max(max_bytes, 0))
-        scan = scan_batches(self.view(), first.position, end, verify_crc=False)
+        return self._whole_from(first, scan_batches(self.view(), first.position, end, verify_crc=False),
+                                max_offset, min_one)
+
+    def _read_from_cursor(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool):
+        """``read`` from where an earlier read ended at ``offset`` (the batch
+        there is the first whose last offset reaches it), or ``NOT_COVERED``
+        when none did.  One scan, where the index needs two and then the read's."""
+        position = self._cursors.get(offset)
+        size = self._state.size
+        if position is None or position >= size:
+            return NOT_COVERED
+        end = min(size, position + max(max_bytes, 0))
+        scan = scan_batches(self._view_to(end), position, end, verify_crc=False)
+        head = scan if len(scan.position) else scan_batches(self.view(), position, size, verify_crc=False,
+                                                            max_batches=1)
+        if not len(head.position):
+            return NOT_COVERED
+        first = _location(head, 0)
+        if max_offset is not None and first.base_offset >= max_offset:
+            return None
+        return self._whole_from(first, scan, max_offset, min_one)
+
+    def _whole_from(self, first: BatchLocation, scan, max_offset: int | None, min_one: bool):
+        """The whole batches of ``scan`` (from ``first``, up to the byte limit),
+        none at or beyond ``max_offset``; where they end is kept as a cursor."""
         count = len(scan.position)
         if max_offset is not None:
             count = int(np.searchsorted(scan.base_offset, max_offset, side="left"))
         if count:
             last = count - 1
-            return first.position, int(scan.position[last] + scan.size[last]) - first.position
-        return (first.position, first.size) if min_one else None
+            end = int(scan.position[last] + scan.size[last])
+            self._keep_cursor(int(scan.last_offset[last]) + 1, end)
+            return first.position, end - first.position
+        if min_one:
+            self._keep_cursor(first.last_offset + 1, first.position + first.size)
+            return first.position, first.size
+        return None
+
+    def _keep_cursor(self, next_offset: int, position: int) -> None:
+        cursors = self._cursors
+        if next_offset not in cursors and len(cursors) >= READ_CURSORS:
+            del cursors[next(iter(cursors))]  # the oldest
+        cursors[next_offset] = position
 
     def read_bytes(self, position: int, length: int) -> bytes:
         return self.view()[position : position + length].tobytes()
@@ -480,6 +531,7 @@ class LogSegment:
         self._staged = state.copy()
         self.recent.clear()  # cut or recovered: what was recent may be gone
         self.recent_generation += 1
+        self._cursors.clear()  # and where reads ended may be gone too
 
     # --- lifecycle ---------------------------------------------------------
     def paths(self) -> list[str]:
