@@ -526,10 +526,11 @@ def test_a_followers_few_batches_take_the_same_way_as_the_scanned_path(tmp_path_
                         min_size=1, max_size=30),
        cut=st.one_of(st.none(), st.integers(0, 40)), segment_bytes=st.sampled_from([4500, 1 << 20]))
 def test_reads_at_the_tail_from_the_recent_batches_match_the_scan(tmp_path_factory, appends, cut, segment_bytes):
-    """``LogSegment.read`` locates an offset among the segment's recent batches
-    without the index: for every offset, byte limit, offset bound and
-    ``min_one``, in every segment, after appends of one batch or several,
-    rolls and a truncation, it answers exactly as the scan of the segment does."""
+    """``LogSegment.read`` locates an offset among the segment's recent batches,
+    or where an earlier read ended, without the index: for every offset, byte
+    limit, offset bound and ``min_one``, in every segment, after appends of
+    one batch or several, rolls, and reads before a truncation, it answers
+    exactly as the index and a scan of the segment do."""
     log = Log.open(str(tmp_path_factory.mktemp("recent") / "t-0"), "t", 0,
                    LogConfig(segment_bytes=segment_bytes, index_interval_bytes=300))
 
