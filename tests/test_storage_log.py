@@ -586,6 +586,7 @@ def test_a_follower_behind_the_recent_batches_is_found_where_its_last_read_ended
     got = []
     for offset in behind:
         found = log.read(offset, 1)
+        assert found is not None
         got.append((found.position, found.size))
     assert got == expected
     assert searched == [0]  # only the first read, which no earlier read ended at
