@@ -233,6 +233,7 @@ class Log:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             created_ms=created_ms,
+            reserve_ahead=True,
         )
 
     @property
@@ -668,6 +669,7 @@ class Log:
         if old.is_empty():
             return old
         self.write()
+        old.release_reserved()
         old.seal_time_index()
         try:
             old.write_index_entries()  # whole on disk now for readers of the files

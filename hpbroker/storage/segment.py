@@ -36,7 +36,7 @@ from hpbroker.kernels.batch_scan import (
     STOP_TORN,
 )
 from hpbroker.kernels.index_plan import plan_index_entries
-from hpbroker.storage import filenames, stats
+from hpbroker.storage import filenames, space, stats
 from hpbroker.storage.errors import SourceChangedError
 from hpbroker.storage.index_file import IndexCorruptError
 from hpbroker.storage.offset_index import OffsetIndex
@@ -95,8 +95,12 @@ class LogSegment:
         max_index_bytes: int,
         created_ms: int,
         suffix: str = "",
+        reserve_ahead: bool = False,
     ):
-        """``suffix`` (``.cleaned``) names a segment the cleaner is still writing."""
+        """``suffix`` (``.cleaned``) names a segment the cleaner is still writing.
+        ``reserve_ahead``: this is a log's own segment, which large appends
+        reserve disk space ahead of (``space.py``) and which gives it back when
+        no longer appended to; never for a segment opened only to be read."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -128,6 +132,10 @@ class LogSegment:
         self._pending_time_entries: list[tuple[int, int]] = []
         self._map = None
         self._view = _EMPTY
+        self.reserve_ahead = reserve_ahead
+        self._reserved_to = 0  # where the space last reserved ends
+        # space may be allocated past the end, to give back (release_reserved): a crash may have left some
+        self._holds_reserve = reserve_ahead and space.holds_more_than(opened)
 
     # --- state -------------------------------------------------------------
     @property
@@ -267,6 +275,8 @@ class LogSegment:
         if not self._pending:
             return
         try:
+            if self.reserve_ahead and self._staged.size > self._reserved_to:
+                self._reserve_for(self._staged.size - self._state.size)
             _write_all(self.fd, self._pending)
             if self._pending_checks and not all(check() for check in self._pending_checks):
                 raise SourceChangedError("records were rewritten by the worker whose memory they were in "
@@ -276,6 +286,24 @@ class LogSegment:
             self._discard_staged()
             raise
         self._pending.clear()
+
+    def _reserve_for(self, write_size: int) -> None:
+        length = space.length_for(write_size)
+        if not length:
+            return
+        if space.reserve(self.fd, self._state.size, length):
+            self._reserved_to = self._state.size + length
+            self._holds_reserve = True
+        else:  # no support or no space here: this segment stops trying
+            self.reserve_ahead = False
+
+    def release_reserved(self) -> None:
+        """Give back the disk space reserved past the end: the segment is no
+        longer appended to (rolled, closed, moving to another worker)."""
+        if self._holds_reserve and self.fd >= 0:
+            space.release(self.fd, self._state.size)
+        self._holds_reserve = False
+        self._reserved_to = 0
 
     def _publish_entries(self) -> None:
         for offset, position in self._pending_offset_entries:
@@ -543,6 +571,7 @@ class LogSegment:
         self.time_index.write_entries()
 
     def close(self) -> None:
+        self.release_reserved()
         self._map, self._view = None, _EMPTY
         self.offset_index.close()
         self.time_index.close()
