@@ -275,7 +275,8 @@ class LogSegment:
         if not self._pending:
             return
         try:
-            if self.reserve_ahead and self._staged.size > self._reserved_to:
+            if self.reserve_ahead and self._staged.size > self._reserved_to \
+                    and self._staged.size - self._state.size >= space.MIN_WRITE:
                 self._reserve_for(self._staged.size - self._state.size)
             _write_all(self.fd, self._pending)
             if self._pending_checks and not all(check() for check in self._pending_checks):
@@ -289,8 +290,6 @@ class LogSegment:
 
     def _reserve_for(self, write_size: int) -> None:
         length = space.length_for(write_size)
-        if not length:
-            return
         if space.reserve(self.fd, self._state.size, length):
             self._reserved_to = self._state.size + length
             self._holds_reserve = True
