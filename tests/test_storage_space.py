@@ -119,3 +119,19 @@ def test_a_segment_opened_only_to_read_never_cuts_the_file(reserving_fs):
     reader.close()
     assert os.path.getsize(log.active_segment.log_path) == 2 * len(batch)
     log.close()
+
+
+def test_a_follower_cut_back_inside_its_reservation_appends_on_and_gives_the_rest_back(reserving_fs):
+    log = open_log(reserving_fs)
+    batch = make_batch(BIG, value_size=1024)
+    for _ in range(3):
+        log.append(batch)
+    log.truncate_to(BIG)  # a follower finding where it parts from a new leader
+    assert os.path.getsize(log.active_segment.log_path) == len(batch)
+    for _ in range(2):
+        log.append(batch)
+    assert [r.offset for r in read_all(log)] == list(range(3 * BIG))
+    path = log.active_segment.log_path
+    log.close()
+    assert os.path.getsize(path) == 3 * len(batch)
+    assert allocated(path) < os.path.getsize(path) + 64 * 1024
