@@ -141,3 +141,34 @@ def test_producers_to_partitions_that_fsync_every_message_share_the_fsyncs(broke
     produces = value(samples, "hpbroker_requests_total", api="Produce")
     fsyncs = value(samples, "hpbroker_fsync_seconds_count")
     assert 0 < fsyncs < produces, f"{fsyncs:.0f} fsyncs for {produces:.0f} Produce requests"
+
+
+def test_megabyte_batches_leave_no_space_reserved_after_a_stop_or_a_crash(broker_factory):
+    """Large appends reserve disk space past a segment's end (storage/space.py):
+    a clean stop gives it back, and so does the clean stop after a SIGKILL left
+    some; the records are all there either way."""
+    b = broker_factory({"num.partitions": "1", "log.segment.bytes": str(8 << 20)})
+    topic = topic_name("reserve")
+    expected = {}
+
+    def produce(tag: bytes, n: int):
+        recs = [{"value": tag + b"-%06d-" % i + b"x" * 1000, "partition": 0} for i in range(n)]
+        for r, pos in zip(recs, ck_produce(b.bootstrap, topic, recs, acks=1, **{"batch.size": 1_000_000,
+                                                                                   "linger.ms": 50})):
+            expected[pos] = r["value"]
+
+    def held_past_the_end() -> list[tuple[str, int]]:
+        segments = sorted((b.data_dir / f"{topic}-0").glob("*.log"))
+        assert segments
+        return [(s.name, s.stat().st_blocks * 512 - s.stat().st_size) for s in segments
+                if s.stat().st_blocks * 512 > s.stat().st_size + 64 * 1024]
+
+    produce(b"a", 20_000)  # about 20 MB: two rolled segments and an active one
+    b.restart()  # SIGTERM
+    assert held_past_the_end() == []
+    produce(b"b", 5_000)
+    b.kill()
+    b.start()
+    _check(b.bootstrap, topic, [0], expected)
+    b.stop()
+    assert held_past_the_end() == []
