@@ -51,7 +51,11 @@ def _remove_log(log, _batch=None) -> None:
 
 
 def _open_raw(workdir) -> int:
-    return os.open(os.path.join(workdir, f"raw-{time.monotonic_ns()}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """A new file, its name removed at once: the descriptor writes on, the close frees it."""
+    path = os.path.join(workdir, f"raw-{time.monotonic_ns()}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.unlink(path)
+    return fd
 
 
 def _write_raw(fd, batch) -> None:
@@ -60,7 +64,6 @@ def _write_raw(fd, batch) -> None:
 
 
 def _remove_raw(fd, _batch=None) -> None:
-    os.unlink(os.readlink(f"/proc/self/fd/{fd}"))
     os.close(fd)
 
 
