@@ -83,3 +83,14 @@ def lab_cluster(netlab, tmp_path):
         yield found
     finally:
         found.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the tail of each of its clusters' broker logs."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Cluster):
+                report.sections.append((f"{name}: broker logs", value.logs(60)))
