@@ -424,6 +424,10 @@ class TransactionCoordinator(StatePartitions):
         failed: list[tuple[tuple[str, int], ErrorCode]] = []
         for t, p in partitions:
             if self.topics.get(t) is None:
+                # as Kafka's coordinator, which skips a partition it finds no leader for: said, as
+                # a topic this worker does not know yet would leave the transaction open there
+                log.warning("markers of %r: topic %s is not known here (deleted?): no marker for partition %d",
+                            md.transactional_id, t, p)
                 continue
             leader = self._leader_of(t, p)
             if leader is not None and leader < 0:
