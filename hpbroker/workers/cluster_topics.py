@@ -68,6 +68,9 @@ class ClusterTopics:
                                      dict(image.topic_configs.get(name, {})))
         if topics != self._topics:
             self.generation += 1
+            gone = self._topics.keys() - topics.keys()
+            if gone:  # deleted, or being deleted; said, as a topic that vanished otherwise would be a fault
+                log.info("no longer in the cluster image: %s", ", ".join(sorted(gone)))
         self.image = image
         self._topics = topics
         self._by_id = {info.topic_id: info for info in topics.values()}
