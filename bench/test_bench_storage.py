@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
 import pytest
 
@@ -67,22 +69,33 @@ def _remove_raw(fd, _batch=None) -> None:
     os.close(fd)
 
 
-def _append_log(workdir, batch) -> float:
-    log = _open_log(workdir)
+class _Side(NamedTuple):
+    """One side of a comparison: what a round opens, the writes it times, what it removes."""
+
+    open: Callable
+    write: Callable
+    remove: Callable
+
+
+LOG = _Side(_open_log, _append_to_log, _remove_log)
+RAW = _Side(_open_raw, _write_raw, _remove_raw)
+
+
+def _timed(side: _Side, workdir, batch) -> float:
+    """One round of ``side``: seconds of its writes alone."""
+    target = side.open(workdir)
     start = time.perf_counter()
-    _append_to_log(log, batch)
+    side.write(target, batch)
     elapsed = time.perf_counter() - start
-    _remove_log(log)
+    side.remove(target)
     return elapsed
 
 
-def _append_raw(workdir, batch) -> float:
-    fd = _open_raw(workdir)
-    start = time.perf_counter()
-    _write_raw(fd, batch)
-    elapsed = time.perf_counter() - start
-    _remove_raw(fd)
-    return elapsed
+def _bench(benchmark, side: _Side, workdir, batch) -> None:
+    """pytest-benchmark rounds of ``side``, only its writes timed, and their median GB/s."""
+    benchmark.pedantic(side.write, setup=lambda: ((side.open(workdir), batch), {}), teardown=side.remove,
+                       rounds=5, iterations=1)
+    benchmark.extra_info["GB/s"] = round(_gbps(batch, benchmark.stats.stats.median), 3)
 
 
 def _gbps(batch, seconds) -> float:
@@ -91,15 +104,11 @@ def _gbps(batch, seconds) -> float:
 
 def test_log_append_1mib_batches(benchmark, workdir, one_mib_batch):
     """Only the appends are timed: opening, closing (its fsync) and removing the log are not."""
-    benchmark.pedantic(_append_to_log, setup=lambda: ((_open_log(workdir), one_mib_batch), {}), teardown=_remove_log,
-                       rounds=5, iterations=1)
-    benchmark.extra_info["GB/s"] = round(_gbps(one_mib_batch, benchmark.stats.stats.median), 3)
+    _bench(benchmark, LOG, workdir, one_mib_batch)
 
 
 def test_raw_os_write_1mib(benchmark, workdir, one_mib_batch):
-    benchmark.pedantic(_write_raw, setup=lambda: ((_open_raw(workdir), one_mib_batch), {}), teardown=_remove_raw,
-                       rounds=5, iterations=1)
-    benchmark.extra_info["GB/s"] = round(_gbps(one_mib_batch, benchmark.stats.stats.median), 3)
+    _bench(benchmark, RAW, workdir, one_mib_batch)
 
 
 def test_append_ratio_log_over_raw(benchmark, workdir, one_mib_batch):
@@ -108,8 +117,8 @@ def test_append_ratio_log_over_raw(benchmark, workdir, one_mib_batch):
     ratios = []
 
     def pair():
-        raw = _append_raw(workdir, one_mib_batch)
-        ratios.append(raw / _append_log(workdir, one_mib_batch))
+        raw = _timed(RAW, workdir, one_mib_batch)
+        ratios.append(raw / _timed(LOG, workdir, one_mib_batch))
 
     benchmark.pedantic(pair, rounds=7, iterations=1)
     ratios.sort()
@@ -126,9 +135,9 @@ def test_append_ratio_reserved_over_unreserved(benchmark, workdir, one_mib_batch
 
     def pair():
         monkeypatch.setattr(space, "_fallocate", None)
-        unreserved = _append_log(workdir, one_mib_batch)
+        unreserved = _timed(LOG, workdir, one_mib_batch)
         monkeypatch.setattr(space, "_fallocate", fallocate)
-        ratios.append(unreserved / _append_log(workdir, one_mib_batch))
+        ratios.append(unreserved / _timed(LOG, workdir, one_mib_batch))
 
     benchmark.pedantic(pair, rounds=7, iterations=1)
     ratios.sort()
