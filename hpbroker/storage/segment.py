@@ -275,9 +275,9 @@ class LogSegment:
         if not self._pending:
             return
         try:
-            if self.reserve_ahead and self._staged.size > self._reserved_to \
-                    and self._staged.size - self._state.size >= space.MIN_WRITE:
-                self._reserve_for(self._staged.size - self._state.size)
+            write_size = self._staged.size - self._state.size
+            if self.reserve_ahead and write_size >= space.MIN_WRITE and self._staged.size > self._reserved_to:
+                self._reserve_for(write_size)
             _write_all(self.fd, self._pending)
             if self._pending_checks and not all(check() for check in self._pending_checks):
                 raise SourceChangedError("records were rewritten by the worker whose memory they were in "

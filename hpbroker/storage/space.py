@@ -42,9 +42,8 @@ _fallocate = _load_fallocate()
 
 def length_for(write_size: int) -> int:
     """How many bytes to reserve from a segment's end for a write of
-    ``write_size`` bytes that passes what is reserved; 0 for none."""
-    if write_size < MIN_WRITE:
-        return 0
+    ``write_size`` bytes (at least ``MIN_WRITE``: the writer asks only for
+    those) that passes what is reserved."""
     return max(write_size, min(write_size * AHEAD_WRITES, MAX_AHEAD))
 
 
