@@ -14,6 +14,8 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from harness.broker import Broker, children
 from harness.waiting import wait_for
+from hpbroker.cli.connection import CliError
+from hpbroker.cli.kafka_requests import Brokers
 from hpbroker.cluster import session, znodes
 
 SESSION_MS = 6000
@@ -129,6 +131,26 @@ class Cluster:
     def leader_of(self, topic: str, partition: int) -> int:
         return wait_for(lambda: (leader := self.state(topic, partition).leader) >= 0 and leader, WAIT_S,
                         f"{topic}-{partition} to have a leader")
+
+    # --- what clients are told -----------------------------------------------------------
+    def announced_leader(self, broker_id: int, topic: str, partition: int) -> int | None:
+        """The leader of ``topic``-``partition`` in broker ``broker_id``'s Metadata
+        answer (-1 for none), or None when it does not answer or name the partition."""
+        try:
+            with Brokers(self.brokers[broker_id].bootstrap, 5) as brokers:
+                answer = brokers.metadata([topic])
+        except CliError:
+            return None
+        return next((int(p.leader_id) for t in answer.topics if t.name == topic for p in t.partitions
+                     if int(p.partition_index) == partition), None)
+
+    def wait_announced(self, topic: str, partition: int, leader: int) -> None:
+        """Until every registered broker names ``leader`` in its Metadata answers.
+        ZooKeeper says first; each broker's image follows a moment later, and a
+        client asking meanwhile is told the leader is unavailable, which some
+        (librdkafka's offset queries) take as final."""
+        wait_for(lambda: all(self.announced_leader(b, topic, partition) == leader for b in self.registered()),
+                 WAIT_S, f"every broker to announce {leader} as {topic}-{partition}'s leader")
 
     def wait_in_sync(self, topic: str, partitions: int) -> None:
         """Until every replica of every partition is in the ISR and a live broker leads.

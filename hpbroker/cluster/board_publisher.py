@@ -60,9 +60,11 @@ class BoardPublisher:
             log.error("%s: the workers keep the last one that fitted", exc)
             return self.board.publish(None, self._session.value)
 
-    def _on_image(self, image: ClusterImage) -> None:
+    def _on_image(self, _image: ClusterImage) -> None:
+        # the image as it is now, taken under the lock: the tracker's copy may be older than
+        # one a re-read published meanwhile, and workers must never see an image go back
         with self._lock:
-            self._publish(image)
+            self._publish(self.watcher.image())
 
     def _on_session(self, session: Session) -> None:
         # with the image as it is now: a session CONNECTED again comes with the

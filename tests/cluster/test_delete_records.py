@@ -37,6 +37,7 @@ def test_records_deleted_on_a_leader_stay_deleted_once_it_dies(cluster):
     leader = cluster.leader_of(TOPIC, 0)
     cluster.kill(leader)
     wait_for(lambda: cluster.leader_of(TOPIC, 0) not in (leader, -1), 60, "another replica to lead")
+    cluster.wait_announced(TOPIC, 0, cluster.leader_of(TOPIC, 0))
     assert low_watermark(cluster.bootstrap) == CUT
 
     consumer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "readers",

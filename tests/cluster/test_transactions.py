@@ -128,3 +128,29 @@ def test_a_commit_decided_before_its_coordinator_died_is_completed_by_the_next(t
     got = read_committed(txn_cluster, 12, timeout=90)
     assert sorted(got) == sorted(b"decided-%d" % n for n in range(12))
     txn_cluster.start(coordinator)
+
+
+def test_a_topic_deleted_mid_transaction_does_not_hold_it_open(txn_cluster):
+    """A transaction writes to two topics and one is deleted before the
+    commit.  The deleted topic's leaders answer its markers "unknown topic",
+    which the coordinator retries (a leader may simply not have seen a new
+    topic yet) until its own image no longer holds the topic: the commit
+    completes on the topic that stays, and the next transaction runs."""
+    doomed = "refunds"
+    admin = AdminClient({"bootstrap.servers": txn_cluster.bootstrap})
+    admin.create_topics([NewTopic(doomed, PARTITIONS, 3)])[doomed].result(30)
+    txn_cluster.wait_in_sync(doomed, PARTITIONS)
+    p = producer(txn_cluster, "payments-and-refunds")
+    p.begin_transaction()
+    for n in range(12):
+        p.produce(TOPIC, b"kept-%d" % n, partition=n % PARTITIONS)
+        p.produce(doomed, b"dropped-%d" % n, partition=n % PARTITIONS)
+    assert p.flush(30) == 0
+    admin.delete_topics([doomed], operation_timeout=30)[doomed].result(40)
+    p.commit_transaction(60)
+    p.begin_transaction()  # its partitions are refused (concurrent transactions) until the last one completed
+    for n in range(3):
+        p.produce(TOPIC, b"next-%d" % n, partition=n)
+    p.commit_transaction(60)
+    got = read_committed(txn_cluster, 15)
+    assert sorted(got) == sorted([b"kept-%d" % n for n in range(12)] + [b"next-%d" % n for n in range(3)])

@@ -419,9 +419,14 @@ class TransactionCoordinator(StatePartitions):
     async def _send_markers(self, md: TxnMetadata, partitions: list, epoch: int,
                             commit: bool) -> list[tuple[tuple[str, int], ErrorCode]]:
         """One round of markers to every leader; the partitions that failed, with why.
-        A partition of a topic deleted meanwhile needs no marker."""
+        A partition of a topic deleted meanwhile needs no marker: that is this
+        worker's image's say.  A leader that answers the topic unknown is
+        retried, as Kafka's coordinator does: it may not have seen a topic
+        created a moment ago, and taking its word would leave the transaction
+        open there, its last stable offset held for good."""
         by_leader: dict[int | None, list[WriteMarker]] = {}
         failed: list[tuple[tuple[str, int], ErrorCode]] = []
+        self.topics.refresh()  # standalone: a topic another worker deleted
         for t, p in partitions:
             if self.topics.get(t) is None:
                 # as Kafka's coordinator, which skips a partition it finds no leader for: said, as
@@ -442,7 +447,7 @@ class TransactionCoordinator(StatePartitions):
             else:
                 errors = await markers.write_there(self.broker_clients, leader, calls)
             failed.extend(((c.topic, c.partition), e) for c, e in zip(calls, errors)
-                          if e not in (ErrorCode.none, ErrorCode.unknown_topic_or_partition))
+                          if e != ErrorCode.none)
 
         await asyncio.gather(*(one(leader, calls) for leader, calls in by_leader.items()))
         return failed
