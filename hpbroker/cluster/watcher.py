@@ -8,7 +8,9 @@ after a new session, so the image catches up on everything missed while
 disconnected.  A recipe's callbacks come in the order of its reads, but two
 recipes' do not: after a reconnect each re-reads on a thread of its own.  So
 one part of the state has one recipe that decides it (a broker's presence,
-its node's watch; never the list of ``/brokers/ids``).
+its node's watch; never the list of ``/brokers/ids``).  Partition states are
+also read again on demand (``reread_states``); the zxid of each write decides
+which of two reads is the newer.
 """
 
 from __future__ import annotations
@@ -100,10 +102,16 @@ class ImageWatcher:
 
         def change() -> None:
             for key, state in read.items():
-                current = self._states.get(key)
-                if key in self._watched_states and (current is None or current.zk_version <= state.zk_version):
+                if key in self._watched_states and not self._older(key, state.zxid):
                     self._states[key] = state
         self._update(change)
+
+    def _older(self, key: tuple[str, int], zxid: int) -> bool:
+        """A state written at ``zxid`` is older than the one held (the caller holds
+        the lock).  The zxid orders every write, a node deleted and made again
+        included, where its version would start over."""
+        current = self._states.get(key)
+        return current is not None and zxid < current.zxid
 
     def _changed(self) -> None:
         # caller holds the lock
@@ -213,6 +221,8 @@ class ImageWatcher:
             if data is None:
                 self._states.pop(key, None)
                 return
+            if self._older(key, stat.mzxid):
+                return  # read before a re-read (reread_states) that was applied first: not news
             try:
                 self._states[key] = znodes.PartitionState.decode(topic, partition, data, stat.version, stat.mzxid)
             except znodes.ZnodeFormatError as exc:

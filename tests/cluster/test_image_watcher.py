@@ -87,3 +87,39 @@ def test_a_broker_sees_itself_again_after_each_of_its_sessions_expires(zookeeper
         now = registered_epoch(client, 8)
         wait_for(lambda: (b := watcher.image().brokers.get(8)) is not None and b.epoch == now, WAIT_S,
                  "the image to hold this broker's new registration")
+
+
+def test_a_partition_state_read_before_a_re_read_does_not_replace_it(sessions):
+    """A partition's state comes through its node's watch, and again through
+    ``reread_states`` (after a reconnect, or when a worker doubts its
+    leaderships) on another thread: the watch's read of an older state can be
+    delivered after the re-read applied a newer one.  The image keeps the
+    newer one (a worker would otherwise act on a leadership already ended),
+    and a topic deleted and made again, whose state's version starts over,
+    still shows its new state."""
+    writer = sessions()
+    _client, watcher = sessions(watched=True)
+    path = znodes.partition_state_path("moved", 0)
+
+    def write_topic() -> None:
+        writer.create(znodes.topic_path("moved"), znodes.TopicAssignment("moved", {0: [1, 2]}).encode(),
+                      makepath=True)
+        writer.create(path, znodes.PartitionState(1, 0, [1, 2], 1).encode(), makepath=True)
+
+    def leader() -> int:
+        found = watcher.image().states.get(("moved", 0))
+        return -1 if found is None else found.leader
+
+    write_topic()
+    wait_for(lambda: leader() == 1, WAIT_S, "the watcher to see broker 1 lead")
+    old_data, old_stat = writer.get(path)
+    writer.set(path, znodes.PartitionState(2, 1, [2], 1).encode())
+    watcher.reread_states()
+    assert leader() == 2
+    watcher._state_watch("moved", 0)(old_data, old_stat)  # the watch's older read, delivered late
+    assert leader() == 2
+
+    writer.delete(znodes.topic_path("moved"), recursive=True)
+    wait_for(lambda: "moved" not in watcher.image().topics, WAIT_S, "the watcher to see the topic deleted")
+    write_topic()  # the state's node is new: version 0 again, and a newer zxid
+    wait_for(lambda: leader() == 1, WAIT_S, "the watcher to see the topic made again")
