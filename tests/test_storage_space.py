@@ -5,7 +5,9 @@ import os
 
 import pytest
 
+from hpbroker.clock import now_ms
 from hpbroker.storage import Log, LogConfig, space
+from hpbroker.storage.log_manager import LogManager
 from tests.log_helpers import make_batch, read_all
 
 BIG = 200  # records of 1 KiB: a 200 KiB batch, past space.MIN_WRITE
@@ -135,3 +137,32 @@ def test_a_follower_cut_back_inside_its_reservation_appends_on_and_gives_the_res
     log.close()
     assert os.path.getsize(path) == 3 * len(batch)
     assert allocated(path) < os.path.getsize(path) + 64 * 1024
+
+
+def test_a_partition_whose_large_appends_stopped_gives_its_space_back_at_a_retention_check(reserving_fs):
+    """The log manager's retention check (``log.retention.check.interval.ms``)
+    gives back what an active segment reserved when nothing was appended to it
+    since the check before: a partition idle for days keeps no space it will
+    not use.  One still taking appends keeps its reservation."""
+    manager = LogManager([str(reserving_fs)], LogConfig(), retention_check_interval_ms=1000).open()
+    idle, busy = manager.get_or_create_log("events", 0), manager.get_or_create_log("events", 1)
+    batch = make_batch(BIG, value_size=1024)
+    for partition_log in (idle, busy):
+        partition_log.append(batch)
+    now = now_ms()
+    manager.tick(now + 1000)  # a first check: both were appended to since (nothing before)
+    for partition_log in (idle, busy):
+        segment = partition_log.active_segment
+        assert allocated(segment.log_path) >= segment.size + 3 * len(batch)
+    busy.append(batch)
+    manager.tick(now + 2000)
+    segment = idle.active_segment
+    assert allocated(segment.log_path) < segment.size + 64 * 1024  # given back
+    assert allocated(busy.active_segment.log_path) >= busy.active_segment.size + 2 * len(batch)  # kept
+    idle.append(batch)  # appends again: reserves again
+    assert allocated(segment.log_path) >= segment.size + 3 * len(batch)
+    manager.close()
+    for partition in (0, 1):
+        reopened = Log.open(str(reserving_fs / f"events-{partition}"), "events", partition, LogConfig())
+        assert [r.offset for r in read_all(reopened)] == list(range(2 * BIG))  # every record, once
+        reopened.close()

@@ -663,6 +663,10 @@ class Log:
             log_loader.replay_producer_state(self.producer_state, self._segments, start)  # as on open
         self.producer_state.set_end_offset(offset)
 
+    def give_back_idle_space(self) -> None:
+        """The active segment's reserved space, if nothing was appended since the last call."""
+        self.active_segment.give_back_if_idle()
+
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         old = self.active_segment

@@ -242,6 +242,8 @@ class LogManager:
         if now - self._last_retention_ms >= self.retention_check_interval_ms:
             self._last_retention_ms = now
             self.apply_retention(now)
+            for partition_log in self._logs.values():  # space reserved by appends that stopped
+                partition_log.give_back_idle_space()
         if now - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
             self._last_checkpoint_ms = now
             self.write_checkpoints()

@@ -134,6 +134,7 @@ class LogSegment:
         self._view = _EMPTY
         self.reserve_ahead = reserve_ahead
         self._reserved_to = 0  # where the space last reserved ends
+        self._size_at_idle_check = -1  # the size the last give_back_if_idle saw
         # space may be allocated past the end, to give back (release_reserved): a crash may have left some
         self._holds_reserve = reserve_ahead and space.holds_more_than(opened)
 
@@ -303,6 +304,16 @@ class LogSegment:
             space.release(self.fd, self._state.size)
         self._holds_reserve = False
         self._reserved_to = 0
+
+    def give_back_if_idle(self) -> None:
+        """Give back the space reserved past the end when nothing was appended
+        since the last call (made at a long interval): a partition whose large
+        appends stopped would otherwise hold it until its segment rolls, which
+        may be days.  The next large append reserves again."""
+        size = self._state.size
+        if self._holds_reserve and not self._pending and size == self._size_at_idle_check:
+            self.release_reserved()
+        self._size_at_idle_check = size
 
     def _publish_entries(self) -> None:
         for offset, position in self._pending_offset_entries:
