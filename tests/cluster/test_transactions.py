@@ -132,9 +132,9 @@ def test_a_commit_decided_before_its_coordinator_died_is_completed_by_the_next(t
 
 def test_a_topic_deleted_mid_transaction_does_not_hold_it_open(txn_cluster):
     """A transaction writes to two topics and one is deleted before the
-    commit.  The deleted topic's leaders answer its markers "unknown topic",
-    which the coordinator retries (a leader may simply not have seen a new
-    topic yet) until its own image no longer holds the topic: the commit
+    commit.  A leader's "unknown topic" answer to a marker is retried (it may
+    only be behind on a new topic); what ends the retries is the
+    coordinator's own image no longer holding the topic.  So the commit
     completes on the topic that stays, and the next transaction runs."""
     doomed = "refunds"
     admin = AdminClient({"bootstrap.servers": txn_cluster.bootstrap})
