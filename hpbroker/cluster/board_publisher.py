@@ -60,9 +60,9 @@ class BoardPublisher:
             log.error("%s: the workers keep the last one that fitted", exc)
             return self.board.publish(None, self._session.value)
 
-    def _on_image(self, _image: ClusterImage) -> None:
-        # the image as it is now, taken under the lock: the tracker's copy may be older than
-        # one a re-read published meanwhile, and workers must never see an image go back
+    def _on_image(self) -> None:
+        # the image as it is now, taken under the lock: a copy taken before it could be older
+        # than one a re-read published meanwhile, and workers must never see an image go back
         with self._lock:
             self._publish(self.watcher.image())
 

@@ -30,8 +30,10 @@ class Session(enum.Enum):
 
 
 class SessionTracker:
-    """Runs ``on_image(image)`` and ``on_session(Session)`` for every change,
-    and ``on_tick()`` at least every ``tick_s``, on one thread of its own."""
+    """Runs ``on_image()`` (the watcher's image changed: the callee reads it,
+    under whatever lock orders its publications) and ``on_session(Session)``
+    for every change, and ``on_tick()`` at least every ``tick_s``, on one
+    thread of its own."""
 
     def __init__(self, client, watcher: ImageWatcher):
         self.client = client
@@ -96,4 +98,4 @@ class SessionTracker:
                 on_session(session)
             if changed != generation:
                 generation = changed
-                on_image(watcher.image())
+                on_image()
