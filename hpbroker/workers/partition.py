@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hpbroker.cluster import znodes
 from hpbroker.errors import ErrorCode
@@ -259,8 +259,10 @@ def _as_v2(records):
     """Produce v0-v2 carry legacy message sets; the log holds only v2 batches."""
     if records is None or len(records) < 17 or records[16] == 2:
         return records if isinstance(records, (bytearray, memoryview)) else bytearray(records or b"")
-    converted = decode_message_set(bytes(records))
+    # The offsets a producer writes mean nothing to the broker, which numbers the
+    # records itself: Sarama writes 0 for every message, librdkafka 0, 1, 2, ...
+    converted = [replace(record, offset=i) for i, record in enumerate(decode_message_set(bytes(records)))]
     # the first message's codec (a compressed set is one wrapper message): Kafka
     # keeps what the producer chose when it converts to the v2 format
     codec = records[17] & layout.LEGACY_COMPRESSION_MASK
-    return bytearray(encode_batch(converted, base_offset=converted[0].offset if converted else 0, compression=codec))
+    return bytearray(encode_batch(converted, compression=codec))

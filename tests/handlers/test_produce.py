@@ -9,7 +9,8 @@ import pytest
 
 from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
-from hpbroker.records import Record, encode_message_set
+from hpbroker.records import Record, compress, encode_message_set
+from hpbroker.records.legacy import encode_message
 from hpbroker.storage import stats
 from hpbroker.workers.context import CloseConnection
 from tests.handlers.conftest import (
@@ -119,6 +120,26 @@ def test_a_legacy_v2_produce_of_a_message_set(broker, magic):
     answer = broker.send(produce_request(3, "old", 0, message_set), version=2)
     assert partitions_of(answer) == [("old", 0, "none", 0)]
     assert broker.read("old") == (ErrorCode.none, [b"v0", b"v1", b"v2"])
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("compression", [layout.CODEC_NONE, layout.CODEC_SNAPPY])
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (7, 3, 9)])
+def test_a_message_set_is_numbered_by_the_broker_whatever_offsets_it_carries(broker, magic, compression, offsets):
+    """Sarama writes offset 0 for every message it produces, and Kafka's broker
+    numbers a producer's records itself: a second produce follows the first."""
+    broker.create_topic("old")
+    for round_ in range(2):
+        records = [Record(offset, 1_700_000_000_000, None, b"r%d-%d" % (round_, i)) for i, offset in enumerate(offsets)]
+        # written by hand: the encoder takes increasing offsets only
+        message_set = b"".join(encode_message(r.offset, r.key, r.value, magic=magic, timestamp=r.timestamp)
+                               for r in records)
+        if compression != layout.CODEC_NONE:
+            message_set = encode_message(0, None, compress(compression, message_set), magic=magic,
+                                         timestamp=1_700_000_000_000, attributes=compression)
+        answer = broker.send(produce_request(3, "old", 0, message_set), version=2)
+        assert partitions_of(answer) == [("old", 0, "none", 3 * round_)]
+    assert broker.read("old") == (ErrorCode.none, [b"r%d-%d" % (r, i) for r in range(2) for i in range(3)])
 
 
 @pytest.mark.parametrize("magic", [0, 1])
