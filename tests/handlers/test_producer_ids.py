@@ -1,13 +1,11 @@
-"""InitProducerId (22): ids for idempotent producers, epochs bumped on request
-(KIP-360); and an idempotent producer's sequences.  Transactional ids are
-tests/handlers/test_transactions.py's."""
+"""InitProducerId (22): ids for idempotent producers, a new one for every
+request, as Kafka answers it; and an idempotent producer's sequences.
+Transactional ids (whose epochs are bumped) are tests/handlers/test_transactions.py's."""
 
 import pytest
 
 from hpbroker.errors import ErrorCode
 from tests.handlers.conftest import INIT_PRODUCER_ID, request
-
-MAX_EPOCH = 32767
 
 
 def init_producer_id(broker, version: int, transactional_id=None, producer_id=-1, producer_epoch=-1):
@@ -30,13 +28,21 @@ def test_ids_are_not_handed_out_twice_by_two_workers_of_the_broker(make_broker):
     assert len(ids) == 4
 
 
-def test_a_known_producer_gets_its_epoch_bumped(broker):
+def test_a_producer_naming_an_id_and_epoch_gets_a_new_id(broker):
+    """Kafka ignores the id and epoch an idempotent producer names (v3+): two
+    producers naming the same pair (@platformatic/kafka names 0 and 0 for every
+    new producer) must not share one, or one's batches pass for the other's retries."""
+    broker.create_topic("t")
     first = init_producer_id(broker, 4)
-    bumped = init_producer_id(broker, 4, producer_id=first.producer_id, producer_epoch=first.producer_epoch)
-    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (ErrorCode.none, first.producer_id, 1)
-    # at the last epoch the producer starts over with a new id
-    exhausted = init_producer_id(broker, 4, producer_id=first.producer_id, producer_epoch=MAX_EPOCH - 1)
-    assert exhausted.producer_id not in (-1, first.producer_id) and exhausted.producer_epoch == 0
+    named = [init_producer_id(broker, 4, producer_id=first.producer_id, producer_epoch=first.producer_epoch)
+             for _ in range(2)]
+    assert [(n.error_code, n.producer_epoch) for n in named] == [(ErrorCode.none, 0)] * 2
+    assert len({first.producer_id, *(n.producer_id for n in named)}) == 3
+    for i, pid in enumerate([first, *named]):  # each starts its sequences at 0, and each is stored
+        answer = broker.produce("t", 0, b"from-%d" % i, base_sequence=0, producer_id=pid.producer_id,
+                                producer_epoch=pid.producer_epoch)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, i)
+    assert broker.read("t") == (ErrorCode.none, [b"from-0", b"from-1", b"from-2"])
 
 
 def test_an_idempotent_producers_sequences(broker):
