@@ -1,8 +1,10 @@
 // @platformatic/kafka against hpbroker: three idempotent producers made one
 // after the other (each asks for its producer id naming id 0, epoch 0, as this
 // client does), each writing a codec of its own with headers to every
-// partition; then a consumer group reads everything and commits.  Prints one
-// JSON line: {"ids": [producer ids], "read": [values], "headers": ok}.
+// partition; a transactional producer commits, aborts and commits again; then
+// a consumer group (read_committed, this client's default) reads everything
+// committed and commits its offsets.  Prints one JSON line:
+// {"ids": [producer ids], "read": [values], "headers": ok}.
 // Usage: node platformatic_idempotent.mjs BROKER TOPIC GROUP PER_PRODUCER
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
@@ -31,6 +33,16 @@ for (const compression of ['gzip', 'snappy', 'lz4']) {
   await producer.close()
 }
 
+const transactional = new Producer({ clientId: 'hpbroker-txn', bootstrapBrokers, serializers: stringSerializers,
+  idempotent: true, transactionalId: `${topic}-txn` })
+for (const [outcome, n] of [['commit', 0], ['abort', 1], ['commit', 2]]) {
+  const transaction = await transactional.beginTransaction()
+  await transaction.send({ messages: [0, 1, 2].map(partition => ({ topic, partition, value: `txn-${outcome}-${n}`, headers: { from: 'txn' } })) })
+  await transaction[outcome]()
+}
+await transactional.close()
+const wanted = 3 * written + 6
+
 const consumer = new Consumer({ groupId, clientId: 'hpbroker-consumer', bootstrapBrokers,
   deserializers: stringDeserializers })
 const stream = await consumer.consume({ autocommit: false, topics: [topic], mode: 'earliest', sessionTimeout: 10000,
@@ -42,7 +54,7 @@ for await (const message of stream) {
   read.push(message.value)
   headers &&= message.headers.get('from') === message.value.split('-')[0]
   await message.commit()
-  if (read.length === 3 * written) break
+  if (read.length === wanted) break
 }
 clearTimeout(timer)
 await stream.close()
