@@ -5,7 +5,7 @@
 // a consumer group (read_committed, this client's default) reads everything
 // committed and commits its offsets.  Prints one JSON line:
 // {"ids": [producer ids], "read": [values], "headers": ok}.
-// Usage: node platformatic_idempotent.mjs BROKER TOPIC GROUP PER_PRODUCER
+// Usage: node platformatic_produce_consume.mjs BROKER TOPIC GROUP PER_PRODUCER
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
