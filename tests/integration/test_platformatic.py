@@ -29,7 +29,8 @@ def test_idempotent_and_transactional_producers_and_a_group_reading_committed(br
     topic, group = topic_name("platformatic"), topic_name("platformatic-group")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
-    run = nodejs.run(node_modules, "platformatic_produce_consume.mjs", broker.bootstrap, topic, group, str(PER_PRODUCER))
+    run = nodejs.run(node_modules, "platformatic_produce_consume.mjs", broker.bootstrap, topic, group,
+                     str(PER_PRODUCER))
     assert len(set(run["ids"])) == 3, run["ids"]  # the broker gave each producer an id of its own
     written = {f"{codec}-{i}" for codec in CODECS for i in range(PER_PRODUCER)}
     committed = [f"txn-commit-{n}" for n in (0, 2)] * 3  # one to each partition
