@@ -45,6 +45,13 @@ def test_a_producer_naming_an_id_and_epoch_gets_a_new_id(broker):
     assert broker.read("t") == (ErrorCode.none, [b"from-0", b"from-1", b"from-2"])
 
 
+@pytest.mark.parametrize("transactional_id", [None, "tx"])
+@pytest.mark.parametrize("producer_id, producer_epoch", [(-1, 0), (5, -1)])
+def test_a_producer_named_by_half_is_an_invalid_request(broker, transactional_id, producer_id, producer_epoch):
+    answer = init_producer_id(broker, 4, transactional_id, producer_id=producer_id, producer_epoch=producer_epoch)
+    assert (answer.error_code, answer.producer_id) == (ErrorCode.invalid_request, -1)
+
+
 def test_an_idempotent_producers_sequences(broker):
     broker.create_topic("t")
     pid = init_producer_id(broker, 4)

@@ -23,10 +23,13 @@ log = logging.getLogger(__name__)
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
+    producer_id, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
+    if (producer_id == -1) != (epoch == -1):  # a producer named by half (v3+), refused as Kafka does
+        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
+                    producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         got = await ctx.owners.ask(InitTxnProducer(
-            request.transactional_id, millis(request.transaction_timeout),
-            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)))
+            request.transactional_id, millis(request.transaction_timeout), producer_id, epoch))
         return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=for_version(got.error, API_KEY, header.api_version), producer_id=got.producer_id,
                     producer_epoch=got.producer_epoch)
