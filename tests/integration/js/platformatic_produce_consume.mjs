@@ -35,13 +35,17 @@ for (const compression of ['gzip', 'snappy', 'lz4']) {
 
 const transactional = new Producer({ clientId: 'hpbroker-txn', bootstrapBrokers, serializers: stringSerializers,
   idempotent: true, transactionalId: `${topic}-txn` })
-for (const [outcome, n] of [['commit', 0], ['abort', 1], ['commit', 2]]) {
+const outcomes = [['commit', 0], ['abort', 1], ['commit', 2]]
+for (const [outcome, n] of outcomes) {
   const transaction = await transactional.beginTransaction()
-  await transaction.send({ messages: [0, 1, 2].map(partition => ({ topic, partition, value: `txn-${outcome}-${n}`, headers: { from: 'txn' } })) })
+  const messages = [0, 1, 2].map(partition =>
+    ({ topic, partition, value: `txn-${outcome}-${n}`, headers: { from: 'txn' } }))
+  await transaction.send({ messages })
   await transaction[outcome]()
 }
 await transactional.close()
-const wanted = 3 * written + 6
+// the idempotent producers' records and one record per partition of each committed transaction
+const wanted = 3 * written + 3 * outcomes.filter(([outcome]) => outcome === 'commit').length
 
 const consumer = new Consumer({ groupId, clientId: 'hpbroker-consumer', bootstrapBrokers,
   deserializers: stringDeserializers })
