@@ -25,8 +25,7 @@ async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     producer_id, epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     if (producer_id == -1) != (epoch == -1):  # a producer named by half (v3+), refused as Kafka does
-        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request,
-                    producer_id=-1, producer_epoch=-1)
+        return _refused(m, ErrorCode.invalid_request)
     if request.transactional_id is not None:
         got = await ctx.owners.ask(InitTxnProducer(
             request.transactional_id, millis(request.transaction_timeout), producer_id, epoch))
@@ -37,7 +36,11 @@ async def handle(ctx, header, request):
         new_id = await ctx.producer_ids.allocate()
     except AdminError as exc:  # a cluster's id blocks come from ZooKeeper: retriable
         log.warning("no producer id: %s", exc)
-        return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.coordinator_not_available, producer_id=-1, producer_epoch=-1)
+        return _refused(m, ErrorCode.coordinator_not_available)
     return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 producer_id=new_id, producer_epoch=0)
+
+
+def _refused(m, error: ErrorCode):
+    return make(m.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error, producer_id=-1,
+                producer_epoch=-1)
