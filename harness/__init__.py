@@ -8,6 +8,7 @@ real processes and the data to feed them, no assertions and no pytest.
   and what ZooKeeper says of them (controller, leaders, ISRs).
 * ``harness.netns``: running the calling thread in a network namespace.
 * ``harness.waiting``: waiting on a condition (``wait_for``, ``until``).
+* ``harness.fake_clock``: a clock whose time moves only when a test advances it.
 * ``harness.request_samples``: a well-formed request for every advertised
   (api key, version); the kio classes of a version (``request_schema``,
   ``response_schema``).

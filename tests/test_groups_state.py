@@ -6,13 +6,12 @@ session, rebalance and initial-delay timeouts fire at exact instants and no
 test sleeps."""
 
 import asyncio
-import heapq
-import itertools
 import os
 import time
 
 import pytest
 
+from harness.fake_clock import START_MS, FakeClock, settle
 from harness.waiting import until
 from hpbroker.clock import SYSTEM, now_ms
 from hpbroker.errors import ErrorCode
@@ -38,7 +37,6 @@ from hpbroker.workers.topics import TopicRegistry
 
 NO_DELAY = GroupConfig(initial_rebalance_delay_ms=0)
 PROTOCOLS = [("range", b"r"), ("roundrobin", b"rr")]
-START_MS = 1_700_000_000_000
 # What another task does without the clock moving takes turns of the loop, not
 # wall time: ``until(..., turns=TURNS)`` waits that way (see harness.waiting).
 TURNS = 10_000
@@ -46,54 +44,6 @@ TURNS = 10_000
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 10))
-
-
-async def settle():
-    """Give every ready task its turn (a task woken by a future needs one)."""
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
-class FakeTimer:
-    def __init__(self, when: int, callback, args):
-        self.when, self.callback, self.args, self.cancelled = when, callback, args, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeClock:
-    """A group clock whose time moves only in ``advance``, which fires the
-    timers it passes in deadline order (ties in the order they were armed,
-    as the loop does) and lets the woken tasks run after each."""
-
-    def __init__(self, now: int = START_MS):
-        self.now = now
-        self.timers: list = []
-        self.seq = itertools.count()
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000
-
-    def call_later(self, delay_ms: int, callback, *args) -> FakeTimer:
-        timer = FakeTimer(self.now + delay_ms, callback, args)
-        heapq.heappush(self.timers, (timer.when, next(self.seq), timer))
-        return timer
-
-    async def advance(self, ms: int) -> None:
-        target = self.now + ms
-        await settle()
-        while self.timers and self.timers[0][0] <= target:
-            when, _, timer = heapq.heappop(self.timers)
-            if not timer.cancelled:
-                self.now = when
-                timer.callback(*timer.args)
-                await settle()
-        self.now = target
-        await settle()
 
 
 def group(config: GroupConfig = NO_DELAY) -> tuple[Group, FakeClock]:

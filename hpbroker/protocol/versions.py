@@ -126,6 +126,11 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     # (v1 of List adds the running-time filter).
     65: (0, 0),
     66: (0, 1),
+    # ConsumerGroupHeartbeat, ConsumerGroupDescribe: the consumer group protocol
+    # (KIP-848, group.protocol=consumer); v1 has the client make its member id and
+    # may subscribe by regex. librdkafka 2.16 sends 1 of each.
+    68: (0, 1),
+    69: (0, 1),
 })
 
 

@@ -73,6 +73,10 @@ BROKER_KEYS = {
     "group.initial.rebalance.delay.ms": (int, 3000),
     "group.min.session.timeout.ms": (int, 6000),
     "group.max.session.timeout.ms": (int, 1800000),
+    # the consumer protocol's (KIP-848): the coordinator sets both for its members
+    "group.consumer.session.timeout.ms": (int, 45000),
+    "group.consumer.heartbeat.interval.ms": (int, 5000),
+    "group.consumer.max.size": (int, 2147483647),
     "transaction.state.log.num.partitions": (int, 50),
     "transaction.state.log.replication.factor": (int, 3),  # capped by the live brokers, as the offsets topic's
     "transaction.state.log.min.isr": (int, 2),  # capped by the topic's replication factor

@@ -20,6 +20,7 @@ or failed handling it), so a handler always gets its own result type back.
 
 from __future__ import annotations
 
+import uuid
 from typing import ClassVar, Union
 
 import msgspec
@@ -171,6 +172,45 @@ class GroupDescription(msgspec.Struct, **_STRUCT):
     protocol_type: str = ""
     protocol_data: str = ""
     members: list[DescribedMember] = []
+
+
+# (topic id, partitions): a consumer group member's assignment, as the wire names it
+TopicPartitions = list[tuple[uuid.UUID, list[int]]]
+
+
+class ConsumerHeartbeatResult(msgspec.Struct, **_STRUCT):
+    """ConsumerGroupHeartbeat: the member's epoch and, when it changed (or
+    the member sent its whole state), the partitions it may now own."""
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_ms: int = 0
+    assignment: TopicPartitions | None = None
+
+
+class DescribedConsumer(msgspec.Struct, **_STRUCT):
+    """One member of a consumer group (ConsumerGroupDescribe); topics as (id, name, partitions)."""
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    topic_names: list[str]
+    topic_regex: str | None
+    assignment: list[tuple[uuid.UUID, str, list[int]]]
+    target: list[tuple[uuid.UUID, str, list[int]]]
+
+
+class ConsumerGroupDescription(msgspec.Struct, **_STRUCT):
+    error: ErrorCode
+    message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = ""
+    members: list[DescribedConsumer] = []
 
 
 class ListedGroup(msgspec.Struct, **_STRUCT):
@@ -459,6 +499,29 @@ class LeaveGroup(_Call):
         return LeaveResult(error, [LeftMember(member, instance, error) for member, instance in self.members])
 
 
+class ConsumerGroupHeartbeat(_Call):
+    """A member of a consumer group (KIP-848) joins (epoch 0), heartbeats, or
+    leaves (-1; -2 a static member's leave).  None: unchanged since the last."""
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_ms: int
+    topic_names: list[str] | None
+    topic_regex: str | None
+    assignor: str | None
+    owned: TopicPartitions | None
+    client_id: str
+    client_host: str
+    result: ClassVar = ConsumerHeartbeatResult
+
+
+class DescribeConsumerGroup(_Call):
+    group_id: str
+    result: ClassVar = ConsumerGroupDescription
+
+
 class DescribeGroup(_Call):
     group_id: str
     result: ClassVar = GroupDescription
@@ -515,8 +578,8 @@ class TxnOffsetCommit(_Call):
                                         self.partitions])
 
 
-GroupCall = Union[JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroup, DeleteGroup, OffsetCommit,
-                  OffsetFetch, OffsetDelete, TxnOffsetCommit]
+GroupCall = Union[JoinGroup, SyncGroup, Heartbeat, ConsumerGroupHeartbeat, DescribeConsumerGroup, LeaveGroup,
+                  DescribeGroup, DeleteGroup, OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit]
 
 
 class ListGroups(_Call):
@@ -578,8 +641,8 @@ class ListTxns(_Call):
 
 Call = Union[PartitionCall, GroupCall, TxnCall, Batch, WaitReplicated, WaitForData, ListGroups, ListTxns]
 Result = Union[PartitionResult, Replicated, DataReady, Batched, JoinResult, SyncResult, LeaveResult,
-               GroupDescription, GroupListing, CommittedOffsets, FetchedOffsets, ProducerIdResult,
-               TxnPartitionsResult, DescribedTxn, TxnListing, Failed]
+               ConsumerHeartbeatResult, ConsumerGroupDescription, GroupDescription, GroupListing, CommittedOffsets,
+               FetchedOffsets, ProducerIdResult, TxnPartitionsResult, DescribedTxn, TxnListing, Failed]
 PARTITION_CALLS = PartitionCall.__args__
 GROUP_CALLS = GroupCall.__args__
 TXN_CALLS = TxnCall.__args__

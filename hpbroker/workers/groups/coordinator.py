@@ -27,13 +27,18 @@ from hpbroker.records.control import parse_control_record
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 from hpbroker.workers.groups import records as R
+from hpbroker.workers.groups.consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicView
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
 from hpbroker.workers.owner_calls import (
     AddTxnPartitions,
     Append,
     CommittedOffsets,
+    ConsumerGroupDescription,
+    ConsumerGroupHeartbeat,
+    ConsumerHeartbeatResult,
     DeleteGroup,
+    DescribeConsumerGroup,
     DescribeGroup,
     Done,
     FetchedOffset,
@@ -71,7 +76,7 @@ OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 RETENTION_CHECK_S = 600.0  # offsets.retention.check.interval.ms
 COMMIT_TIMEOUT_S = 5.0  # offsets.commit.timeout.ms
-_GROUP_TYPE = "classic"
+CLASSIC, CONSUMER = "classic", "consumer"  # group types, as ListGroups v5 names them
 
 
 class GroupCoordinator(StatePartitions):
@@ -82,7 +87,10 @@ class GroupCoordinator(StatePartitions):
         self.retention_ms = config["offsets.retention.minutes"] * 60_000
         self.group_config = GroupConfig(config["group.min.session.timeout.ms"], config["group.max.session.timeout.ms"],
                                         config["group.initial.rebalance.delay.ms"])
-        self.groups: dict[str, Group] = {}
+        self.consumer_config = ConsumerGroupConfig(config["group.consumer.session.timeout.ms"],
+                                                   config["group.consumer.heartbeat.interval.ms"],
+                                                   config["group.consumer.max.size"])
+        self.groups: dict[str, Group | ConsumerGroup] = {}
         self.offsets = OffsetStore()
         self._expiry_timer = None
         self._problems = Throttled(log)  # a full disk fails every join and commit: say so once a minute
@@ -188,9 +196,13 @@ class GroupCoordinator(StatePartitions):
         return self._check_partition(group_partition(group_id, self.offsets_partitions))
 
     def _group(self, group_id: str, missing: ErrorCode, allow_empty: bool = False) -> tuple[ErrorCode, Group | None]:
-        """``_check``'s error, or ``missing`` when the group is not known here; the group."""
+        """``_check``'s error, or ``missing`` when no classic group of that id is
+        known here; the group.  The classic membership APIs see a group of the
+        consumer protocol as none of theirs."""
         error = self._check(group_id, allow_empty)
         group = self.groups.get(group_id)
+        if not isinstance(group, Group):
+            group = None
         if error == ErrorCode.none and group is None:
             error = missing
         return error, group
@@ -258,9 +270,14 @@ class GroupCoordinator(StatePartitions):
                                                m.assignment) for m in group.members.values()))
         return self._append(group.group_id, [(R.encode_group_key(group.group_id), R.encode_group_value(value))])
 
+    def _topic_views(self) -> dict[str, TopicView]:
+        return {t.name: TopicView(t.topic_id, t.name, t.partitions) for t in self.topics.all()}
+
     def handlers(self) -> dict:
         """Call type -> the method answering it (``owners.py`` dispatches on it)."""
         return {JoinGroup: self.join_group, SyncGroup: self.sync_group, Heartbeat: self.heartbeat,
+                ConsumerGroupHeartbeat: self.consumer_group_heartbeat,
+                DescribeConsumerGroup: self.describe_consumer_group,
                 LeaveGroup: self.leave_group, DescribeGroup: self.describe_group, ListGroups: self.list_groups,
                 DeleteGroup: self.delete_group, OffsetCommit: self.offset_commit, OffsetFetch: self.offset_fetch,
                 OffsetDelete: self.offset_delete, TxnOffsetCommit: self.txn_offset_commit}
@@ -272,12 +289,19 @@ class GroupCoordinator(StatePartitions):
                                     <= self.group_config.max_session_ms):
             error = ErrorCode.invalid_session_timeout
         group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and isinstance(group, ConsumerGroup):
+            if group.members:  # members of the consumer protocol and of the classic one do not mix here
+                error = ErrorCode.inconsistent_group_protocol
+            else:
+                self.groups.pop(call.group_id).close(DEAD)  # an empty group becomes a classic one
+                group = None
         if error == ErrorCode.none and group is None and call.member_id:
             error = ErrorCode.unknown_member_id
         if error != ErrorCode.none:
             return Group.join_error(error, call.member_id)
         if group is None:
             group = self._new_group(call.group_id)
+        assert isinstance(group, Group)
         return await group.join(call.member_id, call.instance_id, call.client_id, call.client_host, call.session_ms,
                                 call.rebalance_ms, call.protocol_type, call.protocols, call.require_known_member_id)
 
@@ -303,22 +327,58 @@ class GroupCoordinator(StatePartitions):
         assert group is not None  # _group answers one with no error
         return LeaveResult(ErrorCode.none, [LeftMember(m, i, group.leave(m, i)) for m, i in call.members])
 
+    # --- the consumer protocol (KIP-848) -----------------------------------------------------
+    def consumer_group_heartbeat(self, call: ConsumerGroupHeartbeat) -> ConsumerHeartbeatResult:
+        error = self._check(call.group_id)
+        if error != ErrorCode.none:
+            return ConsumerHeartbeatResult(error)
+        group = self.groups.get(call.group_id)
+        if isinstance(group, Group):
+            if group.state != EMPTY:
+                return ConsumerHeartbeatResult(ErrorCode.group_id_not_found,
+                                               f"group {call.group_id!r} is a classic group with members")
+            self.groups.pop(call.group_id).close(DEAD)  # an empty classic group becomes one of this protocol
+            group = None
+        if group is None:
+            if call.member_epoch != 0:
+                return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                               f"member {call.member_id!r} is not in group {call.group_id!r}")
+            group = ConsumerGroup(call.group_id, self.consumer_config, self._topic_views)
+            self.groups[call.group_id] = group
+        return group.heartbeat(call)
+
+    def describe_consumer_group(self, call: DescribeConsumerGroup) -> ConsumerGroupDescription:
+        error = self._check(call.group_id)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and not isinstance(group, ConsumerGroup):
+            what = "does not exist" if group is None else "is a classic group"
+            return ConsumerGroupDescription(ErrorCode.group_id_not_found, f"group {call.group_id!r} {what}")
+        if error != ErrorCode.none:
+            return ConsumerGroupDescription(error)
+        assert isinstance(group, ConsumerGroup)
+        return group.describe_consumers()
+
     # --- administration ---------------------------------------------------------------------
     def describe_group(self, call: DescribeGroup) -> GroupDescription:
         """GROUP_ID_NOT_FOUND when unknown."""
-        error, group = self._group(call.group_id, ErrorCode.group_id_not_found, allow_empty=True)
+        error = self._check(call.group_id, allow_empty=True)
+        group = self.groups.get(call.group_id)
+        if error == ErrorCode.none and group is None:
+            error = ErrorCode.group_id_not_found
         if error != ErrorCode.none:
             return GroupDescription(error, DEAD.value)
-        assert group is not None  # _group answers one with no error
+        assert group is not None
         return group.describe()
 
     def list_groups(self, call: ListGroups) -> GroupListing:
         """The loaded groups of this worker, filtered by state and type."""
         wanted_states = {s.lower() for s in call.states or ()}
-        if call.types and _GROUP_TYPE not in {t.lower() for t in call.types}:
-            return GroupListing(ErrorCode.none)
-        rows = [ListedGroup(gid, g.protocol_type or "", g.state.value, _GROUP_TYPE) for gid, g in self.groups.items()
-                if not wanted_states or g.state.value.lower() in wanted_states]
+        wanted_types = {t.lower() for t in call.types or ()}
+        rows = []
+        for gid, g in self.groups.items():
+            kind, state = (CONSUMER, g.state_name) if isinstance(g, ConsumerGroup) else (CLASSIC, g.state.value)
+            if (not wanted_states or state.lower() in wanted_states) and (not wanted_types or kind in wanted_types):
+                rows.append(ListedGroup(gid, g.protocol_type or "", state, kind))
         return GroupListing(ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none, rows)
 
     def delete_group(self, call: DeleteGroup) -> Done:
@@ -332,7 +392,7 @@ class GroupCoordinator(StatePartitions):
             return Done(ErrorCode.non_empty_group)
         return Done(self._remove_group(group))
 
-    def _remove_group(self, group: Group) -> ErrorCode:
+    def _remove_group(self, group: Group | ConsumerGroup) -> ErrorCode:
         gid = group.group_id
         pairs: list[tuple[bytes, bytes | None]] = [(R.encode_offset_key(gid, t, p), None)
                                                    for t, p in self.offsets.of_group(gid)]
@@ -442,6 +502,8 @@ class GroupCoordinator(StatePartitions):
             return ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
         if group.state == DEAD:
             return ErrorCode.coordinator_not_available
+        if isinstance(group, ConsumerGroup):
+            return group.commit_error(member_id, generation, api_version)
         if generation < 0 and group.state == EMPTY:
             return ErrorCode.none  # a standalone commit (no group membership)
         error = group.check_member(member_id, instance_id, generation)

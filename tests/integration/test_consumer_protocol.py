@@ -1,0 +1,177 @@
+"""The consumer group protocol (KIP-848, ``group.protocol=consumer``) against
+the real broker with librdkafka 2.16: members share a topic and each record is
+read once; a member that closes or dies hands its partitions over; the broker
+is stopped and killed under a member that commits as it reads; the admin
+client describes and lists such a group; and a classic member is kept out of
+it."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import confluent_kafka as ck
+import kafka
+import kafka.errors
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from harness.waiting import wait_for
+from tests.integration.conftest import module_broker
+from tests.integration.test_groups import PARTITIONS, Members, make_topic, produce
+
+SESSION_MS = 4000  # the coordinator's, for this protocol: members do not choose it
+SETTINGS = {"group.consumer.session.timeout.ms": str(SESSION_MS), "group.consumer.heartbeat.interval.ms": "500"}
+broker = module_broker(SETTINGS)
+
+
+def member(bootstrap: str, group: str, topic: str, **conf) -> ck.Consumer:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 2000, **conf})
+    c.subscribe([topic])
+    return c
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_members_share_a_topic_each_record_read_once(broker, n):
+    topic = make_topic(broker.bootstrap, "kip848")
+    group = topic + "-g"
+    members = Members(member(broker.bootstrap, group, topic) for _ in range(n))
+    try:
+        members.until(members.balanced, 30, f"{n} members to share {PARTITIONS} partitions")
+        produce(broker.bootstrap, topic, 0, 300)
+        members.until(lambda: len(members.all_values()) >= 300, 30, "all records")
+        members.poll_round(0.3)
+        assert members.all_values() == list(range(300))  # each exactly once
+        assert all(members.seen.values()), "every member read some"
+    finally:
+        members.close()
+
+
+def test_a_closing_member_hands_over_and_its_commits_hold(broker):
+    topic = make_topic(broker.bootstrap, "kip848-close")
+    group = topic + "-g"
+    stays, leaves = member(broker.bootstrap, group, topic), member(broker.bootstrap, group, topic)
+    members = Members([stays, leaves])
+    members.until(members.balanced, 30, "two members to share the topic")
+    produce(broker.bootstrap, topic, 0, 60)
+    members.until(lambda: len(members.all_values()) >= 60, 30, "the first records")
+    leaves.commit(asynchronous=False)
+    stays.commit(asynchronous=False)
+    leaves.close()  # a heartbeat with epoch -1: no session timeout to wait for
+    members = Members([stays])
+    started = time.monotonic()
+    members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 10, "the partitions to move")
+    assert time.monotonic() - started < SESSION_MS / 1000
+    produce(broker.bootstrap, topic, 60, 60)
+    members.until(lambda: len(members.all_values()) >= 60, 30, "the later records")
+    members.poll_round(0.3)
+    assert members.all_values() == list(range(60, 120))  # resumed from the commits: nothing twice
+    stays.close()
+
+
+_CHILD = textwrap.dedent("""
+    import sys, confluent_kafka as ck
+    bootstrap, group, topic = sys.argv[1:4]
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest"})
+    c.subscribe([topic], on_assign=lambda c, parts: print("assigned", len(parts), flush=True))
+    while True:
+        c.poll(0.1)
+""")
+
+
+def test_a_killed_member_hands_over_after_the_session_timeout(broker):
+    topic = make_topic(broker.bootstrap, "kip848-kill")
+    group = topic + "-g"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic], stdout=subprocess.PIPE,
+                             text=True)
+    survivor = member(broker.bootstrap, group, topic)
+    members = Members([survivor])
+    try:
+        members.until(lambda: len(members.assigned()[0]) == PARTITIONS // 2, 30, "the child to take half")
+        os.kill(child.pid, signal.SIGKILL)  # no leave: only the session timeout tells
+        child.wait(10)
+        killed = time.monotonic()
+        members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 20, "the dead member's partitions")
+        assert time.monotonic() - killed < SESSION_MS / 1000 + 3  # expiry, then one heartbeat interval
+        produce(broker.bootstrap, topic, 0, 30)
+        members.until(lambda: len(members.all_values()) >= 30, 20, "records from every partition")
+        assert members.all_values() == list(range(30))
+    finally:
+        if child.poll() is None:
+            child.kill()
+        survivor.close()
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_member_carries_on_across_a_broker_restart(broker_factory, how):
+    """The coordinator forgets the group's members when it stops (only offsets
+    are kept): the member is told it is unknown, joins again, and reads on
+    from its last commit."""
+    b = broker_factory(SETTINGS)
+    topic = make_topic(b.bootstrap, "kip848-restart")
+    group = topic + "-g"
+    produce(b.bootstrap, topic, 0, 600)
+    c = member(b.bootstrap, group, topic, **{"enable.auto.commit": False})
+    members = Members([c])
+    try:
+        members.until(lambda: len(members.all_values()) >= 300, 30, "the first records")
+        c.commit(asynchronous=False)
+        committed = len(members.all_values())
+        if how == signal.SIGKILL:
+            b.kill()
+            b.start()
+        else:
+            b.restart()
+        produce(b.bootstrap, topic, 600, 60)
+        members.until(lambda: set(members.all_values()) >= set(range(660)), 60, "every record after the restart")
+        again = len(members.all_values()) - 660  # read twice: only what came after the last commit
+        assert 0 <= again <= 600 - committed + 60, (committed, again)
+        c.commit(asynchronous=False)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        offsets = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)])[group].result(10)
+        assert sum(tp.offset for tp in offsets.topic_partitions) == 660
+    finally:
+        c.close()
+
+
+def test_the_admin_client_describes_and_lists_the_group(broker):
+    topic = make_topic(broker.bootstrap, "kip848-admin")
+    group = topic + "-g"
+    members = Members([member(broker.bootstrap, group, topic, **{"client.id": "kip848-client"}) for _ in range(2)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    try:
+        members.until(members.balanced, 30, "two members to share the topic")
+
+        def stable():
+            described = admin.describe_consumer_groups([group])[group].result(10)
+            return described if described.state == ck.ConsumerGroupState.STABLE else None
+        described = wait_for(stable, 20, "the group to be Stable")
+        assert described.type == ck.ConsumerGroupType.CONSUMER and described.partition_assignor == "uniform"
+        assert {m.client_id for m in described.members} == {"kip848-client"}
+        held = sorted(tp.partition for m in described.members for tp in m.assignment.topic_partitions)
+        assert held == list(range(PARTITIONS))
+        listed = admin.list_consumer_groups(types={ck.ConsumerGroupType.CONSUMER}).result(10).valid
+        assert group in {g.group_id for g in listed}
+        classic = admin.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(10).valid
+        assert group not in {g.group_id for g in classic}
+    finally:
+        members.close()
+
+
+def test_a_classic_member_cannot_join_a_consumer_group_with_members(broker):
+    topic = make_topic(broker.bootstrap, "kip848-mixed")
+    group = topic + "-g"
+    members = Members([member(broker.bootstrap, group, topic)])
+    classic = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                  auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500)
+    try:
+        members.until(members.balanced, 30, "the member to hold the topic")
+        with pytest.raises(kafka.errors.InconsistentGroupProtocolError):
+            classic.poll(timeout_ms=10_000)
+    finally:
+        classic.close()
+        members.close()

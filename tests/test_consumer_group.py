@@ -1,0 +1,228 @@
+"""A consumer group of the consumer protocol (KIP-848), heartbeat by heartbeat:
+joins, revocation before reassignment, fencing, timeouts, subscriptions that
+change, and the commit rules; and the two server-side assignors.
+
+The group runs on a ``FakeClock``; its topics are a dict the test changes."""
+
+import asyncio
+import uuid
+
+from harness.fake_clock import FakeClock
+from hpbroker.errors import ErrorCode
+from hpbroker.workers.groups import assignors
+from hpbroker.workers.groups.consumer_group import ConsumerGroup, ConsumerGroupConfig, MemberState, TopicView
+from hpbroker.workers.owner_calls import ConsumerGroupHeartbeat
+
+ORDERS, PAYMENTS = uuid.UUID(int=1), uuid.UUID(int=2)
+CONFIG = ConsumerGroupConfig(session_ms=45_000, heartbeat_ms=5_000)
+
+
+def setup(orders: int = 4, payments: int = 0):
+    topics = {"orders": TopicView(ORDERS, "orders", orders)}
+    if payments:
+        topics["payments"] = TopicView(PAYMENTS, "payments", payments)
+    clock = FakeClock()
+    return ConsumerGroup("g", CONFIG, lambda: dict(topics), clock), topics, clock
+
+
+def beat(group, member, epoch, *, topics=None, regex=None, owned=None, assignor=None, rebalance_ms=30_000):
+    return group.heartbeat(ConsumerGroupHeartbeat("g", member, epoch, None, None, rebalance_ms if epoch == 0 else -1,
+                                                  topics, regex, assignor, owned, "client", "/127.0.0.1"))
+
+
+def join(group, member, topics=("orders",), **kw):
+    return beat(group, member, 0, topics=list(topics), owned=[], **kw)
+
+
+def parts(answer, topic_id=ORDERS) -> set[int]:
+    assert answer.assignment is not None, "no assignment in the answer"
+    return {p for t, ps in answer.assignment for p in ps if t == topic_id}
+
+
+def owned(*partitions, topic_id=ORDERS):
+    return [(topic_id, sorted(partitions))]
+
+
+def no_partition_twice(group) -> None:
+    seen: dict = {}
+    for m in group.members.values():
+        for assignment in (m.assigned, m.revoking):
+            for t, ps in assignment.items():
+                for p in ps:
+                    assert (t, p) not in seen, f"{(t, p)} held by {seen[(t, p)]} and {m.member_id}"
+                    seen[(t, p)] = m.member_id
+
+
+def test_a_lone_member_gets_every_partition_at_epoch_one():
+    g, _, _ = setup()
+    answer = join(g, "a")
+    assert (answer.error, answer.member_id, answer.member_epoch) == (ErrorCode.none, "a", 1)
+    assert parts(answer) == {0, 1, 2, 3} and answer.heartbeat_ms == 5_000
+    assert g.state_name == "Stable"
+    quiet = beat(g, "a", 1)
+    assert quiet.error == ErrorCode.none and quiet.assignment is None  # nothing changed: nothing sent
+
+
+def test_partitions_move_only_after_their_owner_gave_them_up():
+    g, _, _ = setup()
+    join(g, "a")
+    b = join(g, "b")
+    assert b.member_epoch == 2 and parts(b) == set()  # b's half is still a's
+    assert g.members["b"].state == MemberState.UNRELEASED and g.state_name == "Reconciling"
+    a = beat(g, "a", 1)
+    kept = parts(a)
+    assert a.member_epoch == 1 and len(kept) == 2  # told to give up two, at its old epoch
+    no_partition_twice(g)
+    assert beat(g, "b", 2).assignment is None  # a has not confirmed yet: nothing new for b
+    a = beat(g, "a", 1, owned=owned(*kept))
+    assert a.member_epoch == 2
+    b = beat(g, "b", 2)
+    assert parts(b) == {0, 1, 2, 3} - kept and g.members["b"].state == MemberState.STABLE
+    assert g.state_name == "Stable"
+    no_partition_twice(g)
+
+
+def test_a_member_that_already_dropped_its_partitions_moves_on_at_once():
+    g, _, _ = setup()
+    join(g, "a")
+    join(g, "b")
+    a = beat(g, "a", 1, owned=[])  # it says it owns nothing any more (a client that lost its partitions)
+    assert a.member_epoch == 2 and len(parts(a)) == 2
+
+
+def test_epochs_ahead_or_behind_are_fenced_but_a_lost_answer_is_forgiven():
+    g, _, _ = setup()
+    join(g, "a")
+    assert beat(g, "a", 5).error == ErrorCode.fenced_member_epoch
+    join(g, "b")
+    kept = parts(beat(g, "a", 1))
+    a = beat(g, "a", 1, owned=owned(*kept))
+    assert a.member_epoch == 2
+    # the answer with epoch 2 was lost: the member heartbeats at 1 again, owning only what it kept
+    again = beat(g, "a", 1, owned=owned(*kept))
+    assert again.error == ErrorCode.none and again.member_epoch == 2
+    assert beat(g, "a", 1, owned=owned(0, 1, 2, 3)).error == ErrorCode.fenced_member_epoch
+    assert beat(g, "a", 1).error == ErrorCode.fenced_member_epoch  # the old epoch, without its owned partitions
+
+
+def test_an_unknown_member_is_told_so_and_may_join_again():
+    g, _, _ = setup()
+    assert beat(g, "ghost", 3).error == ErrorCode.unknown_member_id
+    join(g, "a")
+    rejoined = join(g, "a")  # fenced, it joins again with epoch 0 under the same id
+    assert rejoined.member_epoch == 2 and parts(rejoined) == {0, 1, 2, 3}
+
+
+def test_a_leaving_member_frees_its_partitions():
+    g, _, _ = setup()
+    join(g, "a")
+    join(g, "b")
+    kept = parts(beat(g, "a", 1))
+    beat(g, "a", 1, owned=owned(*kept))
+    beat(g, "b", 2)
+    left = beat(g, "a", -1)
+    assert (left.error, left.member_epoch) == (ErrorCode.none, -1)
+    b = beat(g, "b", 2)
+    assert b.member_epoch == 3 and parts(b) == {0, 1, 2, 3}
+    beat(g, "b", -1)
+    assert g.state_name == "Empty" and not g.holders
+
+
+def test_a_silent_member_is_removed_after_its_session_timeout():
+    g, _, clock = setup()
+    join(g, "a")
+    join(g, "b")
+    kept = parts(beat(g, "a", 1))
+    beat(g, "a", 1, owned=owned(*kept))
+
+    async def later():
+        for _ in range(10):  # b keeps beating, a falls silent
+            await clock.advance(5_000)
+            beat(g, "b", g.members["b"].epoch)
+    asyncio.run(later())
+    assert set(g.members) == {"b"} and parts(beat(g, "b", g.members["b"].epoch, owned=[])) == {0, 1, 2, 3}
+
+
+def test_a_member_that_keeps_revoked_partitions_past_its_rebalance_timeout_is_removed():
+    g, _, clock = setup()
+    join(g, "a", rebalance_ms=10_000)
+    join(g, "b")
+    beat(g, "a", 1)  # told to give up two; it never confirms
+    asyncio.run(clock.advance(10_000))
+    assert set(g.members) == {"b"}
+    assert parts(beat(g, "b", g.members["b"].epoch)) == {0, 1, 2, 3}
+
+
+def test_new_partitions_and_new_topics_reach_the_members():
+    g, topics, _ = setup(orders=2)
+    answer = beat(g, "a", 0, topics=["orders"], regex=None, owned=[])
+    assert parts(answer) == {0, 1}
+    topics["orders"] = TopicView(ORDERS, "orders", 3)
+    grown = beat(g, "a", 1)
+    assert grown.member_epoch == 2 and parts(grown) == {0, 1, 2}
+    r, _, _ = setup(orders=1)
+    first = beat(r, "x", 0, topics=None, regex="pay.*|orders", owned=[])
+    assert parts(first) == {0}
+    r.topics = lambda: {"orders": TopicView(ORDERS, "orders", 1), "payments": TopicView(PAYMENTS, "payments", 2),
+                        "__consumer_offsets": TopicView(uuid.UUID(int=9), "__consumer_offsets", 50)}
+    later = beat(r, "x", 1)
+    assert parts(later, PAYMENTS) == {0, 1} and parts(later) == {0}
+    assert not {t for t, _ in later.assignment or []} - {ORDERS, PAYMENTS}  # internal topics never by regex
+
+
+def test_bad_assignor_or_regex_is_refused():
+    g, _, _ = setup()
+    assert join(g, "a", assignor="sticky").error == ErrorCode.unsupported_assignor
+    assert beat(g, "a", 0, regex="(", owned=[]).error == ErrorCode.invalid_regular_expression
+    assert join(g, "a", assignor="range").error == ErrorCode.none and g.assignor_name == "range"
+
+
+def test_commits_must_carry_the_members_epoch():
+    g, _, _ = setup()
+    assert g.commit_error("", -1, 9) == ErrorCode.none  # an empty group takes a commit from outside
+    join(g, "a")
+    assert g.commit_error("a", 1, 9) == ErrorCode.none
+    assert g.commit_error("a", 0, 9) == ErrorCode.stale_member_epoch
+    assert g.commit_error("a", 0, 8) == ErrorCode.illegal_generation
+    assert g.commit_error("a", 2, 9) == ErrorCode.fenced_member_epoch
+    assert g.commit_error("b", 1, 9) == ErrorCode.unknown_member_id
+    assert g.commit_error("", -1, 9) == ErrorCode.unknown_member_id  # not while it has members
+    assert g.check_member("a", None, 0) == ErrorCode.stale_member_epoch
+
+
+def test_describe_shows_each_members_assignment_and_target():
+    g, _, _ = setup()
+    join(g, "a")
+    join(g, "b")
+    d = g.describe_consumers()
+    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor) == ("Reconciling", 2, 2, "uniform")
+    by_id = {m.member_id: m for m in d.members}
+    assert by_id["b"].assignment == [] and by_id["b"].target[0][1] == "orders"
+    assert len(by_id["b"].target[0][2]) == 2 and by_id["a"].member_epoch == 1
+
+
+# --- the assignors ------------------------------------------------------------------------
+def test_uniform_balances_and_keeps_partitions_where_they_were():
+    subs = {m: {ORDERS} for m in "abc"}
+    first = assignors.uniform(subs, {ORDERS: 7}, {})
+    sizes = sorted(len(first[m].get(ORDERS, ())) for m in "abc")
+    assert sizes == [2, 2, 3]
+    subs["d"] = {ORDERS}
+    second = assignors.uniform(subs, {ORDERS: 7}, first)
+    assert sorted(len(second[m].get(ORDERS, ())) for m in "abcd") == [1, 2, 2, 2]
+    moved = sum(len(first[m][ORDERS] - second[m].get(ORDERS, set())) for m in "abc")
+    assert moved == 1  # only what the newcomer needed
+
+
+def test_uniform_gives_each_topic_only_to_its_subscribers():
+    subs = {"a": {ORDERS}, "b": {ORDERS, PAYMENTS}}
+    result = assignors.uniform(subs, {ORDERS: 4, PAYMENTS: 4}, {})
+    assert PAYMENTS not in result["a"] and result["b"][PAYMENTS] == {0, 1, 2, 3}
+    assert result["a"][ORDERS] == {0, 1, 2, 3}  # balanced: 4 and 4
+
+
+def test_range_gives_contiguous_runs_in_member_order():
+    subs = {"b": {ORDERS, PAYMENTS}, "a": {ORDERS, PAYMENTS}}
+    result = assignors.range_(subs, {ORDERS: 5, PAYMENTS: 5}, {})
+    assert result["a"] == {ORDERS: {0, 1, 2}, PAYMENTS: {0, 1, 2}}
+    assert result["b"] == {ORDERS: {3, 4}, PAYMENTS: {3, 4}}
