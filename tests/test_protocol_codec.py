@@ -134,7 +134,7 @@ def test_unknown_api_key_is_its_own_error_and_keeps_the_header():
 
 def test_known_key_we_do_not_serve_is_unsupported_api_key():
     with pytest.raises(UnsupportedApiKey):
-        decode_request(struct.pack(">hhih", 68, 0, 5, -1))  # ConsumerGroupHeartbeat (KIP-848): not served
+        decode_request(struct.pack(">hhih", 48, 0, 5, -1))  # DescribeClientQuotas: not served
 
 
 @pytest.mark.parametrize("api_key,version", [(18, 5), (18, -1), (1, 3), (1, 17), (0, 11), (2, 0)])

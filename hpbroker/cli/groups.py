@@ -1,5 +1,7 @@
 """``hpbroker groups list|describe|reset-offsets`` over the consumer-group admin
-APIs (ListGroups, DescribeGroups, OffsetFetch, OffsetCommit), like kafka-consumer-groups."""
+APIs (ListGroups, ConsumerGroupDescribe or DescribeGroups, OffsetFetch,
+OffsetCommit), like kafka-consumer-groups.  A group's type is its protocol:
+Classic, or Consumer (KIP-848)."""
 
 import argparse
 import sys
@@ -85,12 +87,13 @@ def list_groups(args, admin) -> int:
         raise _unsupported(exc.args[0], "ListGroups") from None
     if listed.errors and not listed.valid:
         raise _unsupported(listed.errors[0], "ListGroups")
-    rows = [{"group": g.group_id, "state": _name(g.state), "simple": g.is_simple_consumer_group}
+    rows = [{"group": g.group_id, "type": _name(g.type), "state": _name(g.state),
+             "simple": g.is_simple_consumer_group}
             for g in sorted(listed.valid, key=lambda g: g.group_id)]
     if args.json:
         output.emit_json(rows)
     else:
-        output.table(["GROUP", "STATE"], [[r["group"], r["state"]] for r in rows])
+        output.table(["GROUP", "TYPE", "STATE"], [[r["group"], r["type"], r["state"]] for r in rows])
     return 0
 
 
@@ -129,7 +132,7 @@ def describe_groups(args, admin) -> int:
     for i, g in enumerate(described):
         if i:
             output.line()
-        output.line(f"Group: {g['group']}  State: {g['state']}  Assignor: {g['assignor'] or '-'}  "
+        output.line(f"Group: {g['group']}  Type: {g['type']}  State: {g['state']}  Assignor: {g['assignor'] or '-'}  "
                     f"Members: {len(g['members'])}  Coordinator: {g['coordinator']}")
         output.table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                       "CONSUMER-ID", "HOST", "CLIENT-ID"],
@@ -164,7 +167,8 @@ def _group_report(admin, group: str, timeout: float) -> dict:
                      "consumer_id": m.member_id if m else None, "host": m.host if m else None,
                      "client_id": m.client_id if m else None})
     coordinator = description.coordinator
-    return {"group": group, "state": _name(description.state), "assignor": description.partition_assignor,
+    return {"group": group, "type": _name(description.type), "state": _name(description.state),
+            "assignor": description.partition_assignor,
             "coordinator": f"{coordinator.id} ({coordinator.host}:{coordinator.port})" if coordinator else None,
             "members": members, "partitions": rows}
 

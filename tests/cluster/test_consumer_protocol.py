@@ -64,9 +64,12 @@ def test_members_rejoin_at_the_new_coordinator_and_read_on(cluster):
         members.until(lambda: set(members.all_values()) >= set(range(600)), 90,
                       "every record, before and after the coordinator died")
         members.until(members.balanced, 30, "the two members to share the topic again")
-        commit(members)
-        offsets = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(GROUP)])[GROUP].result(30)
-        assert sum(tp.offset for tp in offsets.topic_partitions) == 600
+
+        def committed_everything() -> bool:  # a partition's new owner commits once it has read on
+            commit(members)
+            offsets = admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(GROUP)])[GROUP].result(30)
+            return sum(tp.offset for tp in offsets.topic_partitions) == 600
+        members.until(committed_everything, 30, "the group to commit every record")
         described = admin.describe_consumer_groups([GROUP])[GROUP].result(30)
         assert described.type == ck.ConsumerGroupType.CONSUMER and len(described.members) == 2
         assert described.coordinator.id != coordinator

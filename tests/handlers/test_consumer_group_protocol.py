@@ -59,6 +59,7 @@ def test_version_0_gets_its_member_id_from_the_coordinator(coordinated):
 
 @pytest.mark.parametrize("fields, why", [
     (dict(group_id="", member_id="m", member_epoch=0), "GroupId"),
+    (dict(group_id="  ", member_id="m", member_epoch=0), "GroupId"),
     (dict(member_id="", member_epoch=0), "MemberId"),  # v1: the client names itself
     (dict(member_epoch=0, rebalance_timeout=-1), "RebalanceTimeoutMs"),
     (dict(member_epoch=0, topic_partitions=None), "TopicPartitions"),
@@ -80,8 +81,8 @@ def test_commits_and_fetches_follow_the_members_epoch(coordinated):
     join(coordinated, "g", "m1")
     assert commit(coordinated, "g", "m1", 1) == ErrorCode.none
     assert commit(coordinated, "g", "m1", 0) == ErrorCode.stale_member_epoch
-    assert commit(coordinated, "g", "m1", 0, version=8) == ErrorCode.illegal_generation
-    assert commit(coordinated, "g", "m1", 7) == ErrorCode.fenced_member_epoch
+    assert commit(coordinated, "g", "m1", 7) == ErrorCode.stale_member_epoch
+    assert commit(coordinated, "g", "m1", 1, version=8) == ErrorCode.unsupported_version
     assert commit(coordinated, "g", "nobody", 1) == ErrorCode.unknown_member_id
     assert commit(coordinated, "g", "", -1) == ErrorCode.unknown_member_id  # only an empty group takes those
     assert heartbeat(coordinated, "g", "m1", -1).error_code == ErrorCode.none
@@ -100,8 +101,10 @@ def test_the_group_is_listed_and_described_as_a_consumer_group(coordinated):
     assert set(members) == {"m1", "m2"} and members["m2"].subscribed_topic_names == ("t",)
     targets = [p for m in members.values() for t in m.target_assignment.topic_partitions for p in t.partitions]
     assert sorted(targets) == [0, 1] and members["m1"].target_assignment.topic_partitions[0].topic_name == "t"
-    [classic_view] = coordinated.send(request(DESCRIBE_GROUPS, 5, groups=["g"])).groups
-    assert (classic_view.protocol_type, len(classic_view.members)) == ("consumer", 2)
+    [classic_view] = coordinated.send(request(DESCRIBE_GROUPS, 6, groups=["g"])).groups
+    assert (classic_view.error_code, classic_view.group_state) == (ErrorCode.group_id_not_found, "Dead")
+    [before_v6] = coordinated.send(request(DESCRIBE_GROUPS, 5, groups=["g"])).groups
+    assert (before_v6.error_code, before_v6.group_state, before_v6.members) == (ErrorCode.none, "Dead", ())
     [unknown] = coordinated.send(request(DESCRIBE, 1, group_ids=["nope"])).groups
     assert unknown.error_code == ErrorCode.group_id_not_found
 

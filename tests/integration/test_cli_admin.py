@@ -224,11 +224,11 @@ def test_groups_list_describe_and_reset(broker):
     # a group member reads everything and commits as it goes
     ok("consume", topic, "--group", group, "--from-beginning", "--max-messages", "10", broker=broker)
 
-    assert [group, "Empty"] in table_rows(ok("groups", "list", broker=broker))
-    assert {"group": group, "state": "Empty", "simple": False} in json.loads(ok("groups", "list", "--json",
-                                                                                broker=broker))
+    assert [group, "Classic", "Empty"] in table_rows(ok("groups", "list", broker=broker))
+    assert {"group": group, "type": "Classic", "state": "Empty", "simple": False} in json.loads(
+        ok("groups", "list", "--json", broker=broker))
     described = _describe_group(broker, group)
-    assert described["state"] == "Empty" and described["members"] == []
+    assert (described["type"], described["state"], described["members"]) == ("Classic", "Empty", [])
     lag = {p["partition"]: (p["committed_offset"], p["log_end_offset"], p["lag"]) for p in described["partitions"]}
     assert lag == {p: (end, end, 0) for p, end in ends.items()}
     rows = table_rows(ok("groups", "describe", group, broker=broker).split("\n", 1)[1])

@@ -2,9 +2,11 @@
 the real broker with librdkafka 2.16: members share a topic and each record is
 read once; a member that closes or dies hands its partitions over; the broker
 is stopped and killed under a member that commits as it reads; the admin
-client describes and lists such a group; and a classic member is kept out of
+client and ``hpbroker groups`` describe and list such a group; a regex
+subscription takes a topic made later; and a classic member is kept out of
 it."""
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from harness.waiting import wait_for
 from tests.integration.conftest import module_broker
+from tests.integration.test_cli_admin import ok, table_rows
 from tests.integration.test_groups import PARTITIONS, Members, make_topic, produce
 
 SESSION_MS = 4000  # the coordinator's, for this protocol: members do not choose it
@@ -158,6 +161,28 @@ def test_the_admin_client_describes_and_lists_the_group(broker):
         assert group in {g.group_id for g in listed}
         classic = admin.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(10).valid
         assert group not in {g.group_id for g in classic}
+        shown = json.loads(ok("groups", "describe", group, "--json", broker=broker))[0]
+        assert (shown["type"], shown["state"], shown["assignor"], len(shown["members"])) == (
+            "Consumer", "Stable", "uniform", 2)
+        assert sorted(p["partition"] for p in shown["partitions"] if p["consumer_id"]) == list(range(PARTITIONS))
+        assert [group, "Consumer", "Stable"] in table_rows(ok("groups", "list", broker=broker))
+    finally:
+        members.close()
+
+
+def test_a_regex_subscription_takes_a_topic_created_later(broker):
+    first = make_topic(broker.bootstrap, "kip848-rx")
+    prefix = first.rsplit("-", 1)[0]
+    group = first + "-g"
+    members = Members([member(broker.bootstrap, group, f"^{prefix}-.*")])
+    try:
+        produce(broker.bootstrap, first, 0, 30)
+        members.until(lambda: len(members.all_values()) >= 30, 30, "the first topic's records")
+        second = make_topic(broker.bootstrap, prefix)  # the same prefix, a new suffix: it matches
+        assert second != first
+        produce(broker.bootstrap, second, 30, 30)
+        members.until(lambda: len(members.all_values()) >= 60, 30, "the new topic's records, within a heartbeat")
+        assert members.all_values() == list(range(60))
     finally:
         members.close()
 

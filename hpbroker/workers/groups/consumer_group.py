@@ -48,7 +48,6 @@ from hpbroker.workers.owner_calls import (
     ConsumerGroupHeartbeat,
     ConsumerHeartbeatResult,
     DescribedConsumer,
-    DescribedMember,
     GroupDescription,
     TopicPartitions,
 )
@@ -167,31 +166,32 @@ class ConsumerGroup:
 
     def commit_error(self, member_id: str, epoch: int, api_version: int, transactional: bool = False) -> ErrorCode:
         """May this member commit offsets at ``epoch``?  An empty group takes a
-        commit from outside group management (no member, a negative epoch)."""
+        commit from outside group management (no member, a negative epoch).
+        A member of this protocol commits with OffsetCommit v9 or later, and
+        at its own epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION in a
+        transaction, as TxnOffsetCommit has no other word for it)."""
         if not member_id and epoch < 0 and not self.members:
             return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if epoch > member.epoch:
-            return ErrorCode.fenced_member_epoch
-        if epoch < member.epoch:
-            return ErrorCode.stale_member_epoch if transactional or api_version >= 9 else ErrorCode.illegal_generation
+        if not transactional and api_version < 9:
+            return ErrorCode.unsupported_version
+        if epoch != member.epoch:
+            return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
         return ErrorCode.none
 
     def check_member(self, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
-        """TxnOffsetCommit's check (KIP-447), as for a classic group's generation."""
+        """TxnOffsetCommit's check (KIP-447)."""
         return self.commit_error(member_id, generation, api_version=0, transactional=True)
 
     def touch(self, member_id: str) -> None:
         """Only heartbeats keep a member of this protocol alive."""
 
     def describe(self) -> GroupDescription:
-        """DescribeGroups (the classic API) sees the group and its members, without
-        classic metadata or assignments."""
-        members = [DescribedMember(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
-                   for m in self.members.values()]
-        return GroupDescription(ErrorCode.none, self.state_name, PROTOCOL_TYPE, "", members)
+        """DescribeGroups (the classic API) does not see it, as in Kafka: a
+        tool reading classic member metadata would find none here."""
+        return GroupDescription(ErrorCode.group_id_not_found, "Dead")
 
     def describe_consumers(self) -> ConsumerGroupDescription:
         names = {view.topic_id: view.name for view in self.topics().values()}
@@ -245,7 +245,9 @@ class ConsumerGroup:
         before = _copy(member.assigned)
         self._reconcile(member, owned)
         self._arm_session(member)
-        send = call.member_epoch == 0 or call.owned is not None or member.assigned != before
+        full = call.rebalance_ms != -1 and call.owned is not None and (
+            call.topic_names is not None or call.topic_regex is not None)  # the member's whole state
+        send = call.member_epoch == 0 or full or member.assigned != before
         return ConsumerHeartbeatResult(ErrorCode.none, None, member.member_id, member.epoch,
                                        self.config.heartbeat_ms, _wire(member.assigned) if send else None)
 

@@ -25,14 +25,14 @@ def new_member_id() -> str:
 
 def invalid(request, version: int) -> str | None:
     """Why the request is malformed, or None."""
-    if not request.group_id:
+    if not request.group_id.strip():
         return "GroupId can't be empty."
-    if request.instance_id is not None and not request.instance_id:
+    if request.instance_id is not None and not request.instance_id.strip():
         return "InstanceId can't be empty."
-    if request.rack_id is not None and not request.rack_id:
+    if request.rack_id is not None and not request.rack_id.strip():
         return "RackId can't be empty."
     epoch = request.member_epoch
-    if not request.member_id and (version >= 1 or epoch != _JOIN):
+    if not request.member_id and (version >= 1 or epoch > 0 or epoch == _LEAVE):
         return "MemberId can't be empty."
     if epoch < _STATIC_LEAVE:
         return f"MemberEpoch {epoch} is invalid."
