@@ -25,9 +25,11 @@ def setup(orders: int = 4, payments: int = 0):
     return ConsumerGroup("g", CONFIG, lambda: dict(topics), clock), topics, clock
 
 
-def beat(group, member, epoch, *, topics=None, regex=None, owned=None, assignor=None, rebalance_ms=30_000):
-    return group.heartbeat(ConsumerGroupHeartbeat("g", member, epoch, None, None, rebalance_ms if epoch == 0 else -1,
-                                                  topics, regex, assignor, owned, "client", "/127.0.0.1"))
+def beat(group, member, epoch, *, topics=None, regex=None, owned=None, assignor=None, rebalance_ms=30_000,
+         instance=None):
+    return group.heartbeat(ConsumerGroupHeartbeat("g", member, epoch, instance, None,
+                                                  rebalance_ms if epoch == 0 else -1, topics, regex, assignor, owned,
+                                                  "client", "/127.0.0.1"))
 
 
 def join(group, member, topics=("orders",), **kw):
@@ -177,6 +179,50 @@ def test_new_partitions_and_new_topics_reach_the_members():
     later = beat(r, "x", 1)
     assert parts(later, PAYMENTS) == {0, 1} and parts(later) == {0}
     assert not {t for t, _ in later.assignment or []} - {ORDERS, PAYMENTS}  # internal topics never by regex
+
+
+def settled_pair(instance_of_b="b-static"):
+    """a and b (b static) share the topic, each stable with two partitions."""
+    g, topics, clock = setup()
+    join(g, "a")
+    join(g, "b", instance=instance_of_b)
+    kept = parts(beat(g, "a", 1))
+    beat(g, "a", 1, owned=owned(*kept))
+    b = beat(g, "b", 2)
+    return g, clock, kept, parts(b)
+
+
+def test_a_static_member_back_within_its_session_takes_its_partitions_over():
+    g, _, kept, b_parts = settled_pair()
+    epoch = g.group_epoch
+    left = beat(g, "b", -2, instance="b-static")
+    assert (left.error, left.member_epoch) == (ErrorCode.none, -2)
+    assert beat(g, "a", 2).assignment is None  # b's partitions stay parked for it
+    back = join(g, "b2", instance="b-static")  # the restarted process: a new member id, the same instance
+    assert back.error == ErrorCode.none and parts(back) == b_parts
+    assert g.group_epoch == epoch and set(g.members) == {"a", "b2"}  # nothing was reassigned
+    no_partition_twice(g)
+
+
+def test_a_static_members_parked_partitions_go_once_its_session_runs_out():
+    g, clock, kept, b_parts = settled_pair()
+    beat(g, "b", -2, instance="b-static")
+
+    async def later():
+        for _ in range(10):
+            await clock.advance(5_000)
+            beat(g, "a", g.members["a"].epoch)
+    asyncio.run(later())
+    assert set(g.members) == {"a"} and g.members["a"].assigned == {ORDERS: {0, 1, 2, 3}}
+
+
+def test_an_instance_id_is_one_member_at_a_time():
+    g, _, _, _ = settled_pair()
+    assert join(g, "b2", instance="b-static").error == ErrorCode.unreleased_instance_id  # b is still there
+    assert beat(g, "b2", -2, instance="b-static").error == ErrorCode.fenced_instance_id
+    assert beat(g, "x", -2, instance="nobody").error == ErrorCode.unknown_member_id
+    assert beat(g, "b", -1, instance="b-static").error == ErrorCode.none  # -1: gone for good
+    assert "b-static" not in g.static and join(g, "b2", instance="b-static").error == ErrorCode.none
 
 
 def test_bad_assignor_or_regex_is_refused():

@@ -1,10 +1,10 @@
 """The consumer group protocol (KIP-848, ``group.protocol=consumer``) against
 the real broker with librdkafka 2.16: members share a topic and each record is
-read once; a member that closes or dies hands its partitions over; the broker
-is stopped and killed under a member that commits as it reads; the admin
-client and ``hpbroker groups`` describe and list such a group; a regex
-subscription takes a topic made later; and a classic member is kept out of
-it."""
+read once; a member that closes or dies hands its partitions over, a static
+one restarting gets its own back; the broker is stopped and killed under a
+member that commits as it reads; the admin client and ``hpbroker groups``
+describe and list such a group; a regex subscription takes a topic made
+later; and a classic member is kept out of it."""
 
 import json
 import os
@@ -109,6 +109,29 @@ def test_a_killed_member_hands_over_after_the_session_timeout(broker):
         survivor.close()
 
 
+def test_a_static_member_restarting_within_its_session_keeps_its_partitions(broker):
+    topic = make_topic(broker.bootstrap, "kip848-static")
+    group = topic + "-g"
+    revoked = []
+    a = member(broker.bootstrap, group, topic, **{"group.instance.id": "a"})
+    a.subscribe([topic], on_revoke=lambda c, parts: revoked.append(len(parts)))
+    b = member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})
+    members = Members([a, b])
+    members.until(members.balanced, 30, "two static members to share the topic")
+    members.poll_round(0.5)
+    revoked.clear()  # a gave up half when b arrived
+    before = members.assigned()[1]
+    b.close()  # a static member's leave (epoch -2): its partitions wait for it
+    members = Members([a, member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})])
+    members.until(lambda: members.assigned()[1] == before, 10, "the restarted member to get its partitions back")
+    members.poll_round(0.5)
+    assert revoked == [] and len(members.assigned()[0]) == PARTITIONS // 2  # a never gave anything up
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept alive until the future resolves
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert sorted(m.group_instance_id for m in described.members) == ["a", "b"]
+    members.close()
+
+
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
 def test_a_member_carries_on_across_a_broker_restart(broker_factory, how):
     """The coordinator forgets the group's members when it stops (only offsets
@@ -168,6 +191,18 @@ def test_the_admin_client_describes_and_lists_the_group(broker):
         assert [group, "Consumer", "Stable"] in table_rows(ok("groups", "list", broker=broker))
     finally:
         members.close()
+
+
+def test_the_console_consumer_joins_with_the_consumer_protocol(broker):
+    topic = make_topic(broker.bootstrap, "kip848-cli")
+    group = topic + "-g"
+    produce(broker.bootstrap, topic, 0, 12)
+    printed = ok("consume", topic, "--group", group, "--command-config", "group.protocol=consumer",
+                 "--from-beginning", "--max-messages", "12", broker=broker)
+    assert sorted(map(int, printed.split())) == list(range(12))
+    assert [group, "Consumer", "Empty"] in table_rows(ok("groups", "list", broker=broker))
+    shown = json.loads(ok("groups", "describe", group, "--json", broker=broker))[0]
+    assert sum(p["committed_offset"] for p in shown["partitions"]) == 12  # it committed as it went
 
 
 def test_a_regex_subscription_takes_a_topic_created_later(broker):

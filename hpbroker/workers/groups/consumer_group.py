@@ -18,7 +18,9 @@ reached.  A member moves to a new target in steps (Kafka's
 
 So no partition is ever owned by two members at once.  A member that does not
 give up its partitions within its rebalance timeout, or stops heartbeating for
-the session timeout, is removed and its partitions are free.
+the session timeout, is removed and its partitions are free.  A static member
+(an instance id) that leaves with epoch -2 keeps its partitions, parked, for
+its next instance.
 
 Fencing.  A heartbeat whose epoch is newer than the member's, or older except
 for the member's previous epoch while it owns nothing outside its assignment
@@ -135,6 +137,7 @@ class ConsumerGroup:
         self.members: dict[str, ConsumerMember] = {}
         self.target: dict[str, Assignment] = {}
         self.holders: dict[tuple[uuid.UUID, int], str] = {}  # partition -> member assigned it or revoking it
+        self.static: dict[str, str] = {}  # group.instance.id -> its member
         self.subscribed: dict[str, TopicView] = {}  # the subscribed topics as last assigned
         self.assignor_name = assignors.DEFAULT
         self.state_timestamp = clock.now_ms()
@@ -222,14 +225,12 @@ class ConsumerGroup:
                 return ConsumerHeartbeatResult(ErrorCode.invalid_regular_expression,
                                                f"subscribed topic regex {call.topic_regex!r}: {exc}")
         member = self.members.get(call.member_id)
+        joined = False
         if call.member_epoch == 0:
-            if member is not None:  # joins again (after being fenced): what it held is given up
-                self._drop(member)
-            elif len(self.members) >= self.config.max_size:
-                return ConsumerHeartbeatResult(ErrorCode.group_max_size_reached,
-                                               f"group {self.group_id!r} has {len(self.members)} members already")
-            member = ConsumerMember(call.member_id, call.client_id, call.client_host, call.rebalance_ms)
-            self.members[member.member_id] = member
+            found = self._join(call)
+            if isinstance(found, ConsumerHeartbeatResult):
+                return found
+            member, joined = found
         else:
             if member is None:
                 return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
@@ -239,7 +240,7 @@ class ConsumerGroup:
                 return error
         owned = None if call.owned is None else {t: set(ps) for t, ps in call.owned}
         subscription_changed = self._update(member, call)
-        if self._refresh_metadata() or subscription_changed or call.member_epoch == 0:
+        if self._refresh_metadata() or subscription_changed or joined:
             self.group_epoch += 1  # one step for whatever this heartbeat changed
             self._assign()
         before = _copy(member.assigned)
@@ -250,6 +251,45 @@ class ConsumerGroup:
         send = call.member_epoch == 0 or full or member.assigned != before
         return ConsumerHeartbeatResult(ErrorCode.none, None, member.member_id, member.epoch,
                                        self.config.heartbeat_ms, _wire(member.assigned) if send else None)
+
+    def _join(self, call: ConsumerGroupHeartbeat) -> ConsumerHeartbeatResult | tuple[ConsumerMember, bool]:
+        """The member an epoch-0 heartbeat makes, and whether the group changed
+        with it: a static member back within its session timeout takes over
+        what its last instance held, and nothing moves."""
+        if call.instance_id is not None:
+            holder = self.members.get(self.static.get(call.instance_id, ""))
+            if holder is not None and holder.member_id != call.member_id:
+                if holder.epoch != STATIC_LEAVE_EPOCH:
+                    return ConsumerHeartbeatResult(ErrorCode.unreleased_instance_id,
+                                                   f"instance {call.instance_id!r} is still member "
+                                                   f"{holder.member_id!r} of group {self.group_id!r}")
+                return self._take_over(holder, call.instance_id, call), False
+        member = self.members.get(call.member_id)
+        if member is not None:  # joins again (after being fenced): what it held is given up
+            self._drop(member)
+        elif len(self.members) >= self.config.max_size:
+            return ConsumerHeartbeatResult(ErrorCode.group_max_size_reached,
+                                           f"group {self.group_id!r} has {len(self.members)} members already")
+        member = ConsumerMember(call.member_id, call.client_id, call.client_host, call.rebalance_ms,
+                                instance_id=call.instance_id)
+        self.members[member.member_id] = member
+        if call.instance_id is not None:
+            self.static[call.instance_id] = member.member_id
+        return member, True
+
+    def _take_over(self, old: ConsumerMember, instance_id: str, call: ConsumerGroupHeartbeat) -> ConsumerMember:
+        old.stop_timers()
+        new = ConsumerMember(call.member_id, call.client_id, call.client_host, call.rebalance_ms,
+                             instance_id=instance_id, rack_id=old.rack_id, topic_names=old.topic_names,
+                             topic_regex=old.topic_regex, assignor=old.assignor)
+        del self.members[old.member_id]
+        self.members[new.member_id] = new
+        self.static[instance_id] = new.member_id
+        if old.member_id in self.target:
+            self.target[new.member_id] = self.target.pop(old.member_id)
+        self._release(old)
+        self._set_assignment(new, old.assigned, {})
+        return new
 
     def _fencing_error(self, member: ConsumerMember, call: ConsumerGroupHeartbeat) -> ConsumerHeartbeatResult | None:
         epoch = call.member_epoch
@@ -367,11 +407,28 @@ class ConsumerGroup:
 
     # --- leaving, timeouts -----------------------------------------------------------------
     def _leave(self, call: ConsumerGroupHeartbeat) -> ConsumerHeartbeatResult:
+        """-1 leaves for good; -2 is a static member going away for a while (a
+        restart): it keeps its partitions, parked, until an instance of the
+        same id takes them over or its session times out."""
         member = self.members.get(call.member_id)
+        if call.instance_id is not None:
+            holder = self.static.get(call.instance_id)
+            if holder is None:
+                return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
+                                               f"instance {call.instance_id!r} is not in group {self.group_id!r}")
+            if holder != call.member_id:
+                return ConsumerHeartbeatResult(ErrorCode.fenced_instance_id,
+                                               f"instance {call.instance_id!r} is member {holder!r} now")
         if member is None:
             return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
                                            f"member {call.member_id!r} is not in group {self.group_id!r}")
-        self._remove(member)
+        if call.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            self._set_assignment(member, member.assigned, {})
+            member.previous_epoch, member.epoch, member.state = member.epoch, STATIC_LEAVE_EPOCH, MemberState.STABLE
+            self._cancel_revocation(member)
+            self._arm_session(member)
+        else:
+            self._remove(member)
         return ConsumerHeartbeatResult(ErrorCode.none, None, member.member_id, call.member_epoch,
                                        self.config.heartbeat_ms)
 
@@ -381,6 +438,8 @@ class ConsumerGroup:
         self._release(member)
         self.members.pop(member.member_id, None)
         self.target.pop(member.member_id, None)
+        if member.instance_id is not None and self.static.get(member.instance_id) == member.member_id:
+            del self.static[member.instance_id]
 
     def _remove(self, member: ConsumerMember) -> None:
         self._drop(member)
