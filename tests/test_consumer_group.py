@@ -5,6 +5,8 @@ change, and the commit rules; and the two server-side assignors.
 The group runs on a ``FakeClock``; its topics are a dict the test changes."""
 
 import asyncio
+import itertools
+import random
 import uuid
 
 from harness.fake_clock import FakeClock
@@ -175,10 +177,20 @@ def test_new_partitions_and_new_topics_reach_the_members():
     first = beat(r, "x", 0, topics=None, regex="pay.*|orders", owned=[])
     assert parts(first) == {0}
     r.topics = lambda: {"orders": TopicView(ORDERS, "orders", 1), "payments": TopicView(PAYMENTS, "payments", 2),
-                        "__consumer_offsets": TopicView(uuid.UUID(int=9), "__consumer_offsets", 50)}
+                        "__consumer_offsets": TopicView(uuid.UUID(int=9), "__consumer_offsets", 50, internal=True)}
     later = beat(r, "x", 1)
     assert parts(later, PAYMENTS) == {0, 1} and parts(later) == {0}
-    assert not {t for t, _ in later.assignment or []} - {ORDERS, PAYMENTS}  # internal topics never by regex
+    everything = beat(r, "x", 2, regex=".*")
+    assert not {t for t, _ in everything.assignment or []} - {ORDERS, PAYMENTS}  # internal topics never by regex
+
+
+def test_a_subscription_regex_is_re2s_and_cannot_stall_the_coordinator():
+    g, topics, _ = setup()
+    topics["a" * 200] = TopicView(PAYMENTS, "a" * 200, 1)
+    answer = beat(g, "x", 0, regex="(a+)+b", owned=[])  # exponential for a backtracking engine
+    assert answer.error == ErrorCode.none and parts(answer, PAYMENTS) == set()
+    bad = beat(g, "y", 0, regex="orders(", owned=[])
+    assert bad.error == ErrorCode.invalid_regular_expression and "missing )" in (bad.message or "")
 
 
 def settled_pair(instance_of_b="b-static"):
@@ -223,6 +235,35 @@ def test_an_instance_id_is_one_member_at_a_time():
     assert beat(g, "x", -2, instance="nobody").error == ErrorCode.unknown_member_id
     assert beat(g, "b", -1, instance="b-static").error == ErrorCode.none  # -1: gone for good
     assert "b-static" not in g.static and join(g, "b2", instance="b-static").error == ErrorCode.none
+
+
+def test_a_second_revocation_gets_a_whole_rebalance_timeout():
+    g, _, clock = setup(orders=6)
+    join(g, "a", rebalance_ms=10_000)
+    join(g, "b")
+    kept = parts(beat(g, "a", 1))  # told to give up three at t=0
+
+    async def later():
+        await clock.advance(8_000)
+        join(g, "c")
+        kept_now = parts(beat(g, "a", 1, owned=owned(*kept)))  # gave them up; now told to give up more
+        assert g.members["a"].state == MemberState.UNREVOKED and len(kept_now) == 2
+        await clock.advance(9_000)  # 17 s from the first revocation, 9 s into the second
+        assert "a" in g.members
+        await clock.advance(1_000)
+        assert "a" not in g.members  # the second one's timeout, not the first's
+    asyncio.run(later())
+
+
+def test_a_static_member_that_left_is_fenced_at_its_old_epoch_and_gets_its_partitions_back_under_its_own_id():
+    g, _, kept, b_parts = settled_pair()
+    b_epoch = g.members["b"].epoch
+    beat(g, "b", -2, instance="b-static")
+    stale = beat(g, "b", b_epoch, owned=owned(*b_parts))
+    assert stale.error == ErrorCode.fenced_member_epoch  # it left: its old epoch is no longer its own
+    epoch = g.group_epoch
+    back = join(g, "b", instance="b-static")
+    assert parts(back) == b_parts and g.group_epoch == epoch
 
 
 def test_bad_assignor_or_regex_is_refused():
@@ -275,6 +316,35 @@ def test_uniform_gives_each_topic_only_to_its_subscribers():
     result = assignors.uniform(subs, {ORDERS: 4, PAYMENTS: 4}, {})
     assert PAYMENTS not in result["a"] and result["b"][PAYMENTS] == {0, 1, 2, 3}
     assert result["a"][ORDERS] == {0, 1, 2, 3}  # balanced: 4 and 4
+
+
+def test_uniform_passes_work_along_members_that_read_different_topics():
+    t1, t2 = ORDERS, PAYMENTS
+    result = assignors.uniform({"a": {t2}, "b": {t1, t2}, "c": {t1}}, {t1: 1, t2: 2}, {})
+    assert sorted(sum(map(len, result[m].values())) for m in "abc") == [1, 1, 1]
+    stuck = {"a": {t2: {0, 1}}, "b": {t1: {0}}, "c": {}}  # from a previous assignment that left c idle
+    moved = assignors.uniform({"a": {t2}, "b": {t1, t2}, "c": {t1}}, {t1: 1, t2: 2}, stuck)
+    assert moved["c"] == {t1: {0}} and len(moved["b"].get(t2, ())) == 1
+
+
+def test_uniform_finds_the_best_balance_of_small_groups():
+    """Against every possible assignment of small random groups: the most any
+    member holds, and the spread (sum of squares), are the least possible."""
+    rng = random.Random(848)
+    topics = [uuid.UUID(int=i) for i in range(1, 4)]
+    for _ in range(150):
+        members = [f"m{i}" for i in range(rng.randint(2, 4))]
+        subs = {m: {t for t in topics if rng.random() < 0.6} for m in members}
+        sizes = {t: rng.randint(0, 3) for t in topics if any(t in s for s in subs.values())}
+        keys = [(t, p) for t, n in sizes.items() for p in range(n)]
+        result = assignors.uniform(subs, sizes, {})
+        counts = [sum(map(len, result[m].values())) for m in members]
+        assert sum(counts) == len(keys)
+        best_max, best_squares = len(keys), len(keys) ** 2
+        for choice in itertools.product(*[[m for m in members if t in subs[m]] for t, _ in keys]):
+            load = [choice.count(m) for m in members]
+            best_max, best_squares = min(best_max, max(load)), min(best_squares, sum(x * x for x in load))
+        assert max(counts, default=0) == best_max and sum(x * x for x in counts) == best_squares, (subs, sizes)
 
 
 def test_range_gives_contiguous_runs_in_member_order():

@@ -11,6 +11,7 @@ from tests.handlers.conftest import (
     DESCRIBE_GROUPS,
     LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_FETCH,
     join_request,
     request,
 )
@@ -119,11 +120,22 @@ def test_the_two_protocols_do_not_share_a_group_with_members(coordinated):
     assert described.error_code == ErrorCode.group_id_not_found  # a classic group is not one of these
 
 
+def committed(broker, group: str) -> int:
+    answer = broker.send(request(OFFSET_FETCH, 7, group_id=group, topics=[{"name": "t", "partition_indexes": [0]}]))
+    return answer.topics[0].partitions[0].committed_offset
+
+
 def test_an_empty_group_changes_protocol_and_keeps_its_offsets(coordinated):
     assert commit(coordinated, "g", "", -1) == ErrorCode.none  # a group with offsets only (classic, empty)
+    # a member of a group the coordinator forgot (it restarted): told to join again, and the group stays
+    assert heartbeat(coordinated, "g", "m0", 4).error_code == ErrorCode.unknown_member_id
+    assert [x.group_id for x in coordinated.send(request(LIST_GROUPS, 5, types_filter=["classic"])).groups] == ["g"]
     assert join(coordinated, "g", "m1").error_code == ErrorCode.none
+    assert committed(coordinated, "g") == 5
     assert heartbeat(coordinated, "g", "m1", -1).error_code == ErrorCode.none
+    assert coordinated.send(join_request(4, "g", "stale")).error_code == ErrorCode.unknown_member_id
     assert coordinated.send(join_request(4, "g")).error_code == ErrorCode.member_id_required  # classic again
+    assert committed(coordinated, "g") == 5
     deleted = coordinated.send(request(DELETE_GROUPS, 2, groups_names=["g"])).results
     assert deleted[0].error_code == ErrorCode.none
 

@@ -15,6 +15,7 @@ split alike (co-partitioned joins).
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from collections.abc import Mapping
 
 Assignment = dict[uuid.UUID, set[int]]
@@ -39,8 +40,9 @@ def uniform(subscriptions: Mapping[str, set[uuid.UUID]], partitions: Mapping[uui
                     owner[(topic_id, p)] = member
                     counts[member] += 1
     eligible = {t: sorted(m for m, topics in subscriptions.items() if t in topics) for t in partitions}
-    # the rest go, one at a time, to the least loaded member that may read them
-    for topic_id in sorted(partitions):
+    # the rest go, one at a time, to the least loaded member that may read them; the topics
+    # with the fewest readers first, as the others have more places to go
+    for topic_id in sorted(partitions, key=lambda t: (len(eligible[t]), t.bytes)):
         members = eligible[topic_id]
         if not members:
             continue
@@ -58,20 +60,51 @@ def uniform(subscriptions: Mapping[str, set[uuid.UUID]], partitions: Mapping[uui
 
 def _balance(owner: dict[tuple[uuid.UUID, int], str], counts: dict[str, int],
              eligible: Mapping[uuid.UUID, list[str]]) -> None:
-    """Move partitions from a member holding two or more than another member
-    that could read them, until no such move is left: the kept partitions of
-    the sticky pass may leave a joiner with nothing."""
-    moved = True
-    while moved:
-        moved = False
-        for key in sorted(owner, key=lambda k: (k[0].bytes, k[1])):
-            holder = owner[key]
-            target = min(eligible[key[0]], key=lambda m: (counts[m], m))
-            if counts[holder] - counts[target] >= 2:
-                owner[key] = target
-                counts[holder] -= 1
-                counts[target] += 1
-                moved = True
+    """While some member holds two or more partitions than another it can pass
+    work to, pass it: one partition along each step of the shortest chain of
+    members (a to b to c: a partition of a that b reads, one of b that c
+    reads), so each member in between keeps its count.  The kept partitions
+    of the sticky pass may leave a joiner with nothing, and members that read
+    different topics may need such chains.  Each pass lowers the sum of the
+    squared counts, so it ends."""
+    while True:
+        path = _chain(owner, counts, eligible)
+        if path is None:
+            return
+        for key, to in path:
+            counts[owner[key]] -= 1
+            counts[to] += 1
+            owner[key] = to
+
+
+def _chain(owner, counts, eligible) -> list[tuple[tuple[uuid.UUID, int], str]] | None:
+    """(partition, its next member) steps from a loaded member to one with two fewer, or None."""
+    if not counts:
+        return None
+    held: dict[str, list[tuple[uuid.UUID, int]]] = {m: [] for m in counts}
+    for key, member in owner.items():
+        held[member].append(key)
+    lightest = min(counts.values())
+    for start in sorted(counts, key=lambda m: (-counts[m], m)):
+        if counts[start] - lightest < 2:
+            return None
+        came_from: dict[str, tuple[str, tuple[uuid.UUID, int]] | None] = {start: None}
+        queue = deque([start])
+        while queue:
+            member = queue.popleft()
+            for key in held[member]:
+                for reader in eligible[key[0]]:
+                    if reader in came_from:
+                        continue
+                    came_from[reader] = (member, key)
+                    if counts[reader] <= counts[start] - 2:
+                        path, at = [], reader
+                        while (step := came_from[at]) is not None:
+                            path.append((step[1], at))
+                            at = step[0]
+                        return path[::-1]
+                    queue.append(reader)
+    return None
 
 
 def range_(subscriptions: Mapping[str, set[uuid.UUID]], partitions: Mapping[uuid.UUID, int],

@@ -36,10 +36,12 @@ unknown, get UNKNOWN_MEMBER_ID and join again (committed offsets are kept in
 from __future__ import annotations
 
 import enum
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+import re2
 
 from hpbroker.clock import SYSTEM, Clock, Timer
 from hpbroker.errors import ErrorCode
@@ -56,6 +58,11 @@ from hpbroker.workers.owner_calls import (
 
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
 PROTOCOL_TYPE = "consumer"
+
+# Subscription regexes are RE2's, as Kafka's (RE2/J): the same dialect, and
+# matching in linear time, so no pattern can stall the coordinator's loop.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the member's error, not a line on our stderr
 
 Assignment = dict[uuid.UUID, set[int]]
 
@@ -79,6 +86,7 @@ class TopicView:
     topic_id: uuid.UUID
     name: str
     partitions: int
+    internal: bool = False  # never matched by a regex subscription
 
 
 @dataclass
@@ -91,6 +99,7 @@ class ConsumerMember:
     rack_id: str | None = None
     topic_names: tuple[str, ...] = ()
     topic_regex: str | None = None
+    pattern: Any = None  # topic_regex, compiled (re2's)
     assignor: str | None = None
     epoch: int = 0
     previous_epoch: int = -1
@@ -218,12 +227,14 @@ class ConsumerGroup:
         if call.assignor is not None and call.assignor not in assignors.ASSIGNORS:
             return ConsumerHeartbeatResult(ErrorCode.unsupported_assignor,
                                            f"assignor {call.assignor!r} is not one of {sorted(assignors.ASSIGNORS)}")
-        if call.topic_regex is not None:
+        pattern = None
+        if call.topic_regex:
             try:
-                re.compile(call.topic_regex)
-            except re.error as exc:
+                pattern = re2.compile(call.topic_regex, _RE2_OPTIONS)
+            except re2.error as exc:
+                why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
                 return ConsumerHeartbeatResult(ErrorCode.invalid_regular_expression,
-                                               f"subscribed topic regex {call.topic_regex!r}: {exc}")
+                                               f"subscribed topic regex {call.topic_regex!r}: {why}")
         member = self.members.get(call.member_id)
         joined = False
         if call.member_epoch == 0:
@@ -239,7 +250,7 @@ class ConsumerGroup:
             if error is not None:
                 return error
         owned = None if call.owned is None else {t: set(ps) for t, ps in call.owned}
-        subscription_changed = self._update(member, call)
+        subscription_changed = self._update(member, call, pattern)
         if self._refresh_metadata() or subscription_changed or joined:
             self.group_epoch += 1  # one step for whatever this heartbeat changed
             self._assign()
@@ -258,12 +269,12 @@ class ConsumerGroup:
         what its last instance held, and nothing moves."""
         if call.instance_id is not None:
             holder = self.members.get(self.static.get(call.instance_id, ""))
-            if holder is not None and holder.member_id != call.member_id:
-                if holder.epoch != STATIC_LEAVE_EPOCH:
-                    return ConsumerHeartbeatResult(ErrorCode.unreleased_instance_id,
-                                                   f"instance {call.instance_id!r} is still member "
-                                                   f"{holder.member_id!r} of group {self.group_id!r}")
+            if holder is not None and holder.epoch == STATIC_LEAVE_EPOCH:
                 return self._take_over(holder, call.instance_id, call), False
+            if holder is not None and holder.member_id != call.member_id:
+                return ConsumerHeartbeatResult(ErrorCode.unreleased_instance_id,
+                                               f"instance {call.instance_id!r} is still member "
+                                               f"{holder.member_id!r} of group {self.group_id!r}")
         member = self.members.get(call.member_id)
         if member is not None:  # joins again (after being fenced): what it held is given up
             self._drop(member)
@@ -278,10 +289,13 @@ class ConsumerGroup:
         return member, True
 
     def _take_over(self, old: ConsumerMember, instance_id: str, call: ConsumerGroupHeartbeat) -> ConsumerMember:
+        other = self.members.get(call.member_id)
+        if other is not None and other is not old:
+            self._drop(other)  # its id comes back as this instance: what it held is given up
         old.stop_timers()
         new = ConsumerMember(call.member_id, call.client_id, call.client_host, call.rebalance_ms,
                              instance_id=instance_id, rack_id=old.rack_id, topic_names=old.topic_names,
-                             topic_regex=old.topic_regex, assignor=old.assignor)
+                             topic_regex=old.topic_regex, pattern=old.pattern, assignor=old.assignor)
         del self.members[old.member_id]
         self.members[new.member_id] = new
         self.static[instance_id] = new.member_id
@@ -295,20 +309,18 @@ class ConsumerGroup:
         epoch = call.member_epoch
         if epoch == member.epoch:
             return None
-        if epoch == member.previous_epoch and call.owned is not None and all(
+        if epoch < member.epoch and epoch == member.previous_epoch and call.owned is not None and all(
                 set(ps) <= member.assigned.get(t, set()) for t, ps in call.owned):
             return None  # it missed the answer that moved it on, and owns nothing it should not
         return ConsumerHeartbeatResult(ErrorCode.fenced_member_epoch,
                                        f"member {member.member_id!r} of group {self.group_id!r} is at epoch "
                                        f"{member.epoch}, not {epoch}")
 
-    def _update(self, member: ConsumerMember, call: ConsumerGroupHeartbeat) -> bool:
+    def _update(self, member: ConsumerMember, call: ConsumerGroupHeartbeat, pattern: Any) -> bool:
         """Take what the heartbeat changed; True when the subscription did."""
         member.client_id, member.client_host = call.client_id, call.client_host
         if call.rebalance_ms > 0:
             member.rebalance_ms = call.rebalance_ms
-        if call.instance_id is not None:
-            member.instance_id = call.instance_id
         if call.rack_id is not None:
             member.rack_id = call.rack_id
         changed = False
@@ -316,7 +328,7 @@ class ConsumerGroup:
             member.topic_names = tuple(sorted(call.topic_names))
             changed = True
         if call.topic_regex is not None and (call.topic_regex or None) != member.topic_regex:
-            member.topic_regex = call.topic_regex or None
+            member.topic_regex, member.pattern = call.topic_regex or None, pattern
             changed = True
         if call.assignor is not None and call.assignor != member.assignor:
             member.assignor = call.assignor
@@ -325,9 +337,9 @@ class ConsumerGroup:
 
     def _member_topics(self, member: ConsumerMember, topics: Mapping[str, TopicView]) -> set[str]:
         names = {n for n in member.topic_names if n in topics}
-        if member.topic_regex:
-            pattern = re.compile(member.topic_regex)
-            names |= {n for n in topics if not n.startswith("__") and pattern.fullmatch(n)}
+        pattern = member.pattern
+        if pattern is not None:
+            names |= {n for n, view in topics.items() if not view.internal and pattern.fullmatch(n)}
         return names
 
     def _refresh_metadata(self) -> bool:
@@ -381,6 +393,7 @@ class ConsumerGroup:
         if revoking and _owns_any(owned, revoking):
             member.state = MemberState.UNREVOKED  # its epoch stays until it has given them up
             self._set_assignment(member, kept, revoking)
+            self._cancel_revocation(member)  # each revocation has the whole rebalance timeout
             self._arm_revocation(member)
             return
         member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
@@ -424,7 +437,7 @@ class ConsumerGroup:
                                            f"member {call.member_id!r} is not in group {self.group_id!r}")
         if call.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             self._set_assignment(member, member.assigned, {})
-            member.previous_epoch, member.epoch, member.state = member.epoch, STATIC_LEAVE_EPOCH, MemberState.STABLE
+            member.epoch, member.state = STATIC_LEAVE_EPOCH, MemberState.STABLE
             self._cancel_revocation(member)
             self._arm_session(member)
         else:
@@ -458,9 +471,8 @@ class ConsumerGroup:
         member.session = self.clock.call_later(self.config.session_ms, self._session_expired, member.member_id)
 
     def _arm_revocation(self, member: ConsumerMember) -> None:
-        if member.revocation is None:
-            member.revocation = self.clock.call_later(member.rebalance_ms, self._revocation_expired,
-                                                      member.member_id, member.epoch)
+        member.revocation = self.clock.call_later(member.rebalance_ms, self._revocation_expired,
+                                                  member.member_id, member.epoch)
 
     def _cancel_revocation(self, member: ConsumerMember) -> None:
         if member.revocation is not None:

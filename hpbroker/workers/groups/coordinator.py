@@ -271,7 +271,7 @@ class GroupCoordinator(StatePartitions):
         return self._append(group.group_id, [(R.encode_group_key(group.group_id), R.encode_group_value(value))])
 
     def _topic_views(self) -> dict[str, TopicView]:
-        return {t.name: TopicView(t.topic_id, t.name, t.partitions) for t in self.topics.all()}
+        return {t.name: TopicView(t.topic_id, t.name, t.partitions, t.is_internal) for t in self.topics.all()}
 
     def handlers(self) -> dict:
         """Call type -> the method answering it (``owners.py`` dispatches on it)."""
@@ -292,6 +292,8 @@ class GroupCoordinator(StatePartitions):
         if error == ErrorCode.none and isinstance(group, ConsumerGroup):
             if group.members:  # members of the consumer protocol and of the classic one do not mix here
                 error = ErrorCode.inconsistent_group_protocol
+            elif call.member_id:
+                error = ErrorCode.unknown_member_id
             else:
                 self.groups.pop(call.group_id).close(DEAD)  # an empty group becomes a classic one
                 group = None
@@ -333,16 +335,17 @@ class GroupCoordinator(StatePartitions):
         if error != ErrorCode.none:
             return ConsumerHeartbeatResult(error)
         group = self.groups.get(call.group_id)
-        if isinstance(group, Group):
-            if group.state != EMPTY:
-                return ConsumerHeartbeatResult(ErrorCode.group_id_not_found,
-                                               f"group {call.group_id!r} is a classic group with members")
-            self.groups.pop(call.group_id).close(DEAD)  # an empty classic group becomes one of this protocol
-            group = None
-        if group is None:
+        if isinstance(group, Group) and group.state != EMPTY:
+            return ConsumerHeartbeatResult(ErrorCode.group_id_not_found,
+                                           f"group {call.group_id!r} is a classic group with members")
+        if not isinstance(group, ConsumerGroup):
+            # Kafka would say GROUP_ID_NOT_FOUND, but it never forgets a group: here one that
+            # lived only in memory is gone after a restart, and its members must join again
             if call.member_epoch != 0:
                 return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
                                                f"member {call.member_id!r} is not in group {call.group_id!r}")
+            if group is not None:
+                self.groups.pop(call.group_id).close(DEAD)  # an empty classic group becomes one of this protocol
             group = ConsumerGroup(call.group_id, self.consumer_config, self._topic_views)
             self.groups[call.group_id] = group
         return group.heartbeat(call)
