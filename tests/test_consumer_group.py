@@ -57,6 +57,17 @@ def no_partition_twice(group) -> None:
                     seen[(t, p)] = m.member_id
 
 
+def settled_pair(instance_of_b: str | None = "b-static"):
+    """a and b (b static unless told otherwise) share the topic, each stable with two partitions."""
+    g, topics, clock = setup()
+    join(g, "a")
+    join(g, "b", instance=instance_of_b)
+    kept = parts(beat(g, "a", 1))
+    beat(g, "a", 1, owned=owned(*kept))
+    b = beat(g, "b", 2)
+    return g, clock, kept, parts(b)
+
+
 def test_a_lone_member_gets_every_partition_at_epoch_one():
     g, _, _ = setup()
     answer = join(g, "a")
@@ -127,12 +138,7 @@ def test_an_unknown_member_is_told_so_and_may_join_again():
 
 
 def test_a_leaving_member_frees_its_partitions():
-    g, _, _ = setup()
-    join(g, "a")
-    join(g, "b")
-    kept = parts(beat(g, "a", 1))
-    beat(g, "a", 1, owned=owned(*kept))
-    beat(g, "b", 2)
+    g, _, _, _ = settled_pair(None)
     left = beat(g, "a", -1)
     assert (left.error, left.member_epoch) == (ErrorCode.none, -1)
     b = beat(g, "b", 2)
@@ -142,11 +148,7 @@ def test_a_leaving_member_frees_its_partitions():
 
 
 def test_a_silent_member_is_removed_after_its_session_timeout():
-    g, _, clock = setup()
-    join(g, "a")
-    join(g, "b")
-    kept = parts(beat(g, "a", 1))
-    beat(g, "a", 1, owned=owned(*kept))
+    g, clock, _, _ = settled_pair(None)
 
     async def later():
         for _ in range(10):  # b keeps beating, a falls silent
@@ -191,17 +193,6 @@ def test_a_subscription_regex_is_re2s_and_cannot_stall_the_coordinator():
     assert answer.error == ErrorCode.none and parts(answer, PAYMENTS) == set()
     bad = beat(g, "y", 0, regex="orders(", owned=[])
     assert bad.error == ErrorCode.invalid_regular_expression and "missing )" in (bad.message or "")
-
-
-def settled_pair(instance_of_b="b-static"):
-    """a and b (b static) share the topic, each stable with two partitions."""
-    g, topics, clock = setup()
-    join(g, "a")
-    join(g, "b", instance=instance_of_b)
-    kept = parts(beat(g, "a", 1))
-    beat(g, "a", 1, owned=owned(*kept))
-    b = beat(g, "b", 2)
-    return g, clock, kept, parts(b)
 
 
 def test_a_static_member_back_within_its_session_takes_its_partitions_over():

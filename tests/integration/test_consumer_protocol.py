@@ -1,18 +1,14 @@
-"""The consumer group protocol (KIP-848, ``group.protocol=consumer``) against
-the real broker with librdkafka 2.16: members share a topic and each record is
-read once; a member that closes or dies hands its partitions over, a static
-one restarting gets its own back; the broker is stopped and killed under a
-member that commits as it reads; the admin client and ``hpbroker groups``
-describe and list such a group; a regex subscription takes a topic made
-later; and a classic member is kept out of it."""
+"""What only the consumer group protocol (KIP-848, ``group.protocol=consumer``)
+has, against the real broker with librdkafka 2.16 (members sharing a topic,
+hand-over when one closes or dies, and a static member's restart are in
+test_groups.py, for both protocols): the broker is stopped and killed under
+a member that commits as it reads, and the member joins again; the admin
+client and ``hpbroker groups`` describe and list such a group; the console
+consumer joins one; a regex subscription takes a topic made later; and a
+classic member is kept out of such a group."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import textwrap
-import time
 
 import confluent_kafka as ck
 import kafka
@@ -35,102 +31,6 @@ def member(bootstrap: str, group: str, topic: str, **conf) -> ck.Consumer:
                      "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 2000, **conf})
     c.subscribe([topic])
     return c
-
-
-@pytest.mark.parametrize("n", [1, 3])
-def test_members_share_a_topic_each_record_read_once(broker, n):
-    topic = make_topic(broker.bootstrap, "kip848")
-    group = topic + "-g"
-    members = Members(member(broker.bootstrap, group, topic) for _ in range(n))
-    try:
-        members.until(members.balanced, 30, f"{n} members to share {PARTITIONS} partitions")
-        produce(broker.bootstrap, topic, 0, 300)
-        members.until(lambda: len(members.all_values()) >= 300, 30, "all records")
-        members.poll_round(0.3)
-        assert members.all_values() == list(range(300))  # each exactly once
-        assert all(members.seen.values()), "every member read some"
-    finally:
-        members.close()
-
-
-def test_a_closing_member_hands_over_and_its_commits_hold(broker):
-    topic = make_topic(broker.bootstrap, "kip848-close")
-    group = topic + "-g"
-    stays, leaves = member(broker.bootstrap, group, topic), member(broker.bootstrap, group, topic)
-    members = Members([stays, leaves])
-    members.until(members.balanced, 30, "two members to share the topic")
-    produce(broker.bootstrap, topic, 0, 60)
-    members.until(lambda: len(members.all_values()) >= 60, 30, "the first records")
-    leaves.commit(asynchronous=False)
-    stays.commit(asynchronous=False)
-    leaves.close()  # a heartbeat with epoch -1: no session timeout to wait for
-    members = Members([stays])
-    started = time.monotonic()
-    members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 10, "the partitions to move")
-    assert time.monotonic() - started < SESSION_MS / 1000
-    produce(broker.bootstrap, topic, 60, 60)
-    members.until(lambda: len(members.all_values()) >= 60, 30, "the later records")
-    members.poll_round(0.3)
-    assert members.all_values() == list(range(60, 120))  # resumed from the commits: nothing twice
-    stays.close()
-
-
-_CHILD = textwrap.dedent("""
-    import sys, confluent_kafka as ck
-    bootstrap, group, topic = sys.argv[1:4]
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                     "auto.offset.reset": "earliest"})
-    c.subscribe([topic], on_assign=lambda c, parts: print("assigned", len(parts), flush=True))
-    while True:
-        c.poll(0.1)
-""")
-
-
-def test_a_killed_member_hands_over_after_the_session_timeout(broker):
-    topic = make_topic(broker.bootstrap, "kip848-kill")
-    group = topic + "-g"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic], stdout=subprocess.PIPE,
-                             text=True)
-    survivor = member(broker.bootstrap, group, topic)
-    members = Members([survivor])
-    try:
-        members.until(lambda: len(members.assigned()[0]) == PARTITIONS // 2, 30, "the child to take half")
-        os.kill(child.pid, signal.SIGKILL)  # no leave: only the session timeout tells
-        child.wait(10)
-        killed = time.monotonic()
-        members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 20, "the dead member's partitions")
-        # not before its session ran out (its last heartbeat was at most an interval before the kill)
-        assert time.monotonic() - killed >= SESSION_MS / 1000 - 1
-        produce(broker.bootstrap, topic, 0, 30)
-        members.until(lambda: len(members.all_values()) >= 30, 20, "records from every partition")
-        assert members.all_values() == list(range(30))
-    finally:
-        if child.poll() is None:
-            child.kill()
-        survivor.close()
-
-
-def test_a_static_member_restarting_within_its_session_keeps_its_partitions(broker):
-    topic = make_topic(broker.bootstrap, "kip848-static")
-    group = topic + "-g"
-    revoked = []
-    a = member(broker.bootstrap, group, topic, **{"group.instance.id": "a"})
-    a.subscribe([topic], on_revoke=lambda c, parts: revoked.append(len(parts)))
-    b = member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})
-    members = Members([a, b])
-    members.until(members.balanced, 30, "two static members to share the topic")
-    members.poll_round(0.5)
-    revoked.clear()  # a gave up half when b arrived
-    before = members.assigned()[1]
-    b.close()  # a static member's leave (epoch -2): its partitions wait for it
-    members = Members([a, member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})])
-    members.until(lambda: members.assigned()[1] == before, 10, "the restarted member to get its partitions back")
-    members.poll_round(0.5)
-    assert revoked == [] and len(members.assigned()[0]) == PARTITIONS // 2  # a never gave anything up
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept alive until the future resolves
-    described = admin.describe_consumer_groups([group])[group].result(10)
-    assert sorted(m.group_instance_id for m in described.members) == ["a", "b"]
-    members.close()
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])

@@ -1,8 +1,12 @@
 """Consumer groups against the real broker: confluent-kafka (librdkafka 2.16)
 and kafka-python members sharing a six-partition topic, hand-over when a
-member closes or dies, committed offsets across a broker restart, and the
-admin APIs (describe / list / delete groups, list / alter offsets)."""
+member closes or dies, a static member's restart, committed offsets across a
+broker restart, and the admin APIs (describe / list / delete groups, list /
+alter offsets).  librdkafka's members take part with the classic protocol
+and with the consumer protocol (KIP-848, ``group.protocol=consumer``) alike;
+what only the latter has is in test_consumer_protocol.py."""
 
+import json
 import os
 import shutil
 import signal
@@ -22,8 +26,11 @@ from tests.integration.conftest import module_broker
 
 PARTITIONS = 6
 SESSION_MS = 6000
-GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "200"}
+# the consumer protocol's session and heartbeat are the coordinator's: the same as the classic members'
+GROUP_SETTINGS = {"group.initial.rebalance.delay.ms": "200", "group.consumer.session.timeout.ms": str(SESSION_MS),
+                  "group.consumer.heartbeat.interval.ms": "500"}
 broker = module_broker(GROUP_SETTINGS)
+PROTOCOLS = ["classic", "consumer"]  # KIP-848's, with group.protocol=consumer
 
 
 def make_topic(bootstrap: str, prefix: str) -> str:
@@ -40,10 +47,18 @@ def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
                [{"value": b"%d" % i, "partition": i % PARTITIONS} for i in range(start, start + count)])
 
 
+def member_config(protocol: str) -> dict:
+    """librdkafka's group settings for a member: in the classic protocol its own
+    session and heartbeat, in the consumer protocol the coordinator's."""
+    if protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    return {"group.protocol": "classic", "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500}
+
+
 def ck_member(bootstrap: str, group: str, topic: str, **conf) -> ck.Consumer:
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                     "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
-                     "topic.metadata.refresh.interval.ms": 2000, **conf})
+                     "topic.metadata.refresh.interval.ms": 2000,
+                     **member_config(conf.pop("group.protocol", "classic")), **conf})
     c.subscribe([topic])
     return c
 
@@ -84,11 +99,12 @@ class Members:
             c.close()
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_members_share_a_topic_each_record_read_once(broker, n):
+def test_members_share_a_topic_each_record_read_once(broker, n, protocol):
     topic = make_topic(broker.bootstrap, "grp")
     group = topic + "-g"
-    members = Members(ck_member(broker.bootstrap, group, topic) for _ in range(n))
+    members = Members(ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol}) for _ in range(n))
     try:
         members.until(members.balanced, 30, f"{n} members to share {PARTITIONS} partitions")
         assert sorted(map(len, members.assigned())) == [PARTITIONS // n] * n
@@ -101,17 +117,19 @@ def test_members_share_a_topic_each_record_read_once(broker, n):
         members.close()
 
 
-def test_a_closing_member_hands_its_partitions_over(broker):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_closing_member_hands_its_partitions_over(broker, protocol):
     topic = make_topic(broker.bootstrap, "grp-close")
     group = topic + "-g"
-    stays, leaves = ck_member(broker.bootstrap, group, topic), ck_member(broker.bootstrap, group, topic)
+    stays, leaves = (ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol}),
+                     ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol}))
     members = Members([stays, leaves])
     members.until(members.balanced, 30, "two members to share the topic")
     produce(broker.bootstrap, topic, 0, 60)
     members.until(lambda: len(members.all_values()) >= 60, 30, "the first records")
     leaves.commit(asynchronous=False)
     stays.commit(asynchronous=False)
-    leaves.close()  # LeaveGroup: the group rebalances at once, no session timeout to wait for
+    leaves.close()  # LeaveGroup (a heartbeat with epoch -1): no session timeout to wait for
     members = Members([stays])
     started = time.monotonic()
     members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 10, "the partitions to move")
@@ -124,22 +142,23 @@ def test_a_closing_member_hands_its_partitions_over(broker):
 
 
 _CHILD = textwrap.dedent("""
-    import sys, confluent_kafka as ck
-    bootstrap, group, topic, session = sys.argv[1:5]
+    import json, sys, confluent_kafka as ck
+    bootstrap, group, topic, timing = sys.argv[1:5]
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                     "session.timeout.ms": int(session), "heartbeat.interval.ms": 500})
+                     **json.loads(timing)})
     c.subscribe([topic], on_assign=lambda c, parts: print("assigned", len(parts), flush=True))
     while True:
         c.poll(0.1)
 """)
 
 
-def test_a_killed_member_hands_over_within_the_session_timeout(broker):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_killed_member_hands_over_within_the_session_timeout(broker, protocol):
     topic = make_topic(broker.bootstrap, "grp-kill")
     group = topic + "-g"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic, str(SESSION_MS)],
-                             stdout=subprocess.PIPE, text=True)
-    survivor = ck_member(broker.bootstrap, group, topic)
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic,
+                              json.dumps(member_config(protocol))], stdout=subprocess.PIPE, text=True)
+    survivor = ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol})
     members = Members([survivor])
     try:
         members.until(lambda: len(members.assigned()[0]) == PARTITIONS // 2, 30, "the child to take half")
@@ -148,7 +167,7 @@ def test_a_killed_member_hands_over_within_the_session_timeout(broker):
         killed = time.monotonic()
         members.until(lambda: members.assigned() == [set(range(PARTITIONS))], 20, "the dead member's partitions")
         took = time.monotonic() - killed
-        assert took < SESSION_MS / 1000 + 4, took  # expiry, then one rejoin
+        assert took < SESSION_MS / 1000 + 4, took  # expiry, then one rejoin (or one heartbeat)
         produce(broker.bootstrap, topic, 0, 30)
         members.until(lambda: len(members.all_values()) >= 30, 20, "records from every partition")
         assert members.all_values() == list(range(30))
@@ -233,21 +252,23 @@ def test_a_new_member_resumes_from_committed_offsets_after_a_restart(broker_fact
         second.close()
 
 
-def test_a_static_member_restarting_within_its_session_keeps_its_partitions(broker):
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_static_member_restarting_within_its_session_keeps_its_partitions(broker, protocol):
     topic = make_topic(broker.bootstrap, "grp-static")
     group = topic + "-g"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     revoked = []
-    a = ck_member(broker.bootstrap, group, topic, **{"group.instance.id": "a"})
+    a = ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol, "group.instance.id": "a"})
     a.subscribe([topic], on_revoke=lambda c, parts: revoked.append(len(parts)))
-    b = ck_member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})
+    b = ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol, "group.instance.id": "b"})
     members = Members([a, b])
     members.until(members.balanced, 30, "two static members to share the topic")
     members.poll_round(0.5)
-    revoked.clear()  # a gave up all six when b arrived
+    revoked.clear()  # a gave up all six (classic, eager) or three (consumer protocol) when b arrived
     before = members.assigned()[1]
-    b.close()  # a static member sends no LeaveGroup: its place is kept for the session timeout
-    members = Members([a, ck_member(broker.bootstrap, group, topic, **{"group.instance.id": "b"})])
+    b.close()  # a static member's leave keeps its place for the session timeout
+    restarted = ck_member(broker.bootstrap, group, topic, **{"group.protocol": protocol, "group.instance.id": "b"})
+    members = Members([a, restarted])
     members.until(lambda: members.assigned()[1] == before, 10, "the restarted member to get its partitions back")
     described = admin.describe_consumer_groups([group])[group].result(10)
     assert described.state == ck.ConsumerGroupState.STABLE
