@@ -97,7 +97,7 @@ def run_protocol(bootstrap: str, name: str, topic: str, partitions: int, members
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
