@@ -128,7 +128,7 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     66: (0, 1),
     # ConsumerGroupHeartbeat, ConsumerGroupDescribe: the consumer group protocol
     # (KIP-848, group.protocol=consumer); v1 has the client make its member id and
-    # may subscribe by regex. librdkafka 2.16 sends 1 of each.
+    # may subscribe by regex. librdkafka 2.16 sends v1 of the heartbeat, and only v1.
     68: (0, 1),
     69: (0, 1),
 })

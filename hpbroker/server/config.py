@@ -73,7 +73,7 @@ BROKER_KEYS = {
     "group.initial.rebalance.delay.ms": (int, 3000),
     "group.min.session.timeout.ms": (int, 6000),
     "group.max.session.timeout.ms": (int, 1800000),
-    # the consumer protocol's (KIP-848): the coordinator sets both for its members
+    # the consumer protocol's (KIP-848): its members' session and heartbeat are the coordinator's
     "group.consumer.session.timeout.ms": (int, 45000),
     "group.consumer.heartbeat.interval.ms": (int, 5000),
     "group.consumer.max.size": (int, 2147483647),
