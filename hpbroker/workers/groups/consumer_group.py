@@ -56,7 +56,7 @@ from hpbroker.workers.owner_calls import (
     TopicPartitions,
 )
 
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2  # what a heartbeat's epoch may also mean
 PROTOCOL_TYPE = "consumer"
 
 # Subscription regexes are RE2's, as Kafka's (RE2/J): the same dialect, and
@@ -122,6 +122,10 @@ def _copy(assignment: Mapping[uuid.UUID, set[int]]) -> Assignment:
 
 def _wire(assignment: Mapping[uuid.UUID, set[int]]) -> TopicPartitions:
     return [(t, sorted(ps)) for t, ps in sorted(assignment.items(), key=lambda kv: kv[0].bytes) if ps]
+
+
+def unknown_member(group_id: str, member_id: str) -> ConsumerHeartbeatResult:
+    return ConsumerHeartbeatResult(ErrorCode.unknown_member_id, f"member {member_id!r} is not in group {group_id!r}")
 
 
 def _owns_any(owned: Mapping[uuid.UUID, set[int]] | None, partitions: Mapping[uuid.UUID, set[int]]) -> bool:
@@ -237,15 +241,14 @@ class ConsumerGroup:
                                                f"subscribed topic regex {call.topic_regex!r}: {why}")
         member = self.members.get(call.member_id)
         joined = False
-        if call.member_epoch == 0:
+        if call.member_epoch == JOIN_EPOCH:
             found = self._join(call)
             if isinstance(found, ConsumerHeartbeatResult):
                 return found
             member, joined = found
         else:
             if member is None:
-                return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
-                                               f"member {call.member_id!r} is not in group {self.group_id!r}")
+                return unknown_member(self.group_id, call.member_id)
             error = self._fencing_error(member, call)
             if error is not None:
                 return error
@@ -259,7 +262,7 @@ class ConsumerGroup:
         self._arm_session(member)
         full = call.rebalance_ms != -1 and call.owned is not None and (
             call.topic_names is not None or call.topic_regex is not None)  # the member's whole state
-        send = call.member_epoch == 0 or full or member.assigned != before
+        send = call.member_epoch == JOIN_EPOCH or full or member.assigned != before
         return ConsumerHeartbeatResult(ErrorCode.none, None, member.member_id, member.epoch,
                                        self.config.heartbeat_ms, _wire(member.assigned) if send else None)
 
@@ -433,8 +436,7 @@ class ConsumerGroup:
                 return ConsumerHeartbeatResult(ErrorCode.fenced_instance_id,
                                                f"instance {call.instance_id!r} is member {holder!r} now")
         if member is None:
-            return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
-                                           f"member {call.member_id!r} is not in group {self.group_id!r}")
+            return unknown_member(self.group_id, call.member_id)
         if call.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             self._set_assignment(member, member.assigned, {})
             member.epoch, member.state = STATIC_LEAVE_EPOCH, MemberState.STABLE

@@ -27,7 +27,13 @@ from hpbroker.records.control import parse_control_record
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, group_partition
 from hpbroker.workers.groups import records as R
-from hpbroker.workers.groups.consumer_group import ConsumerGroup, ConsumerGroupConfig, TopicView
+from hpbroker.workers.groups.consumer_group import (
+    JOIN_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    TopicView,
+    unknown_member,
+)
 from hpbroker.workers.groups.offsets import OffsetStore
 from hpbroker.workers.groups.state import COMPLETING, DEAD, EMPTY, Group, GroupConfig
 from hpbroker.workers.owner_calls import (
@@ -341,9 +347,8 @@ class GroupCoordinator(StatePartitions):
         if not isinstance(group, ConsumerGroup):
             # Kafka would say GROUP_ID_NOT_FOUND, but it never forgets a group: here one that
             # lived only in memory is gone after a restart, and its members must join again
-            if call.member_epoch != 0:
-                return ConsumerHeartbeatResult(ErrorCode.unknown_member_id,
-                                               f"member {call.member_id!r} is not in group {call.group_id!r}")
+            if call.member_epoch != JOIN_EPOCH:
+                return unknown_member(call.group_id, call.member_id)
             if group is not None:
                 self.groups.pop(call.group_id).close(DEAD)  # an empty classic group becomes one of this protocol
             group = ConsumerGroup(call.group_id, self.consumer_config, self._topic_views)

@@ -10,12 +10,12 @@ import datetime
 import uuid
 
 from hpbroker.errors import ErrorCode
+from hpbroker.workers.groups.consumer_group import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH
 from hpbroker.workers.handlers.join_group import to_ms
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import ConsumerGroupHeartbeat, ConsumerHeartbeatResult
 
 API_KEY = 68
-_JOIN, _LEAVE, _STATIC_LEAVE = 0, -1, -2
 
 
 def new_member_id() -> str:
@@ -32,13 +32,13 @@ def invalid(request, version: int) -> str | None:
     if request.rack_id is not None and not request.rack_id.strip():
         return "RackId can't be empty."
     epoch = request.member_epoch
-    if not request.member_id and (version >= 1 or epoch > 0 or epoch == _LEAVE):
+    if not request.member_id and (version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH):
         return "MemberId can't be empty."
-    if epoch < _STATIC_LEAVE:
+    if epoch < STATIC_LEAVE_EPOCH:
         return f"MemberEpoch {epoch} is invalid."
-    if epoch == _STATIC_LEAVE and request.instance_id is None:
+    if epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
         return "InstanceId can't be null when a static member leaves."
-    if epoch == _JOIN:
+    if epoch == JOIN_EPOCH:
         if to_ms(request.rebalance_timeout) < 0:
             return "RebalanceTimeoutMs must be provided in first request."
         if request.topic_partitions is None or request.topic_partitions:
