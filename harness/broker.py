@@ -50,12 +50,34 @@ def free_port() -> int:
             return port
 
 
-def metadata_ping(host: str, port: int, timeout: float = 2.0) -> bool:
-    """One Metadata v0 request (all topics) on a fresh connection; True when the
-    answer is well formed and advertises ``port`` (among a cluster's brokers)."""
+def _request(s: socket.socket, api_key: int, version: int, body: bytes) -> bytes:
+    """One request with a v1 header (client id "ping"), and its answer after the correlation id."""
+    frame = struct.pack(">hhih", api_key, version, 7, 4) + b"ping" + body
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    return _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])[4:]
+
+
+def plain_login(s: socket.socket, user: str, password: str) -> bool:
+    """SASL PLAIN on a connection: SaslHandshake v1, one SaslAuthenticate v0; True when accepted."""
+    mechanism = b"PLAIN"
+    answer = _request(s, 17, 1, struct.pack(">h", len(mechanism)) + mechanism)
+    if struct.unpack_from(">h", answer)[0] != 0:
+        return False
+    token = b"\x00" + user.encode() + b"\x00" + password.encode()
+    answer = _request(s, 36, 0, struct.pack(">i", len(token)) + token)
+    return struct.unpack_from(">h", answer)[0] == 0
+
+
+def metadata_ping(host: str, port: int, timeout: float = 2.0, login: tuple[str, str] | None = None) -> bool:
+    """One Metadata v0 request (all topics) on a fresh connection (logged in
+    first with ``login``'s user and password, PLAIN, on a SASL listener); True
+    when the answer is well formed and advertises ``port`` (among a cluster's
+    brokers)."""
     body = struct.pack(">hhih", 3, 0, 7, 4) + b"ping" + struct.pack(">i", 0)
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
+            if login is not None and not plain_login(s, *login):
+                return False
             s.sendall(struct.pack(">i", len(body)) + body)
             size = struct.unpack(">i", _recv_exact(s, 4))[0]
             data = _recv_exact(s, size)
@@ -148,7 +170,7 @@ class Broker:
 
     def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
                  num_workers: int | None = None, nofile: int | None = None, host: str | None = None,
-                 netns: str | None = None):
+                 netns: str | None = None, login: tuple[str, str] | None = None):
         """``host`` is the address to listen on and advertise (127.0.0.1 unless
         given); ``netns`` a network namespace (a name under /var/run/netns, such as
         a tests/cluster/netlab.py host's) to run the broker in, through
@@ -165,6 +187,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self._log_file = None
         self.nofile = nofile  # soft and hard RLIMIT_NOFILE of the broker, if set
+        self.login = login  # a PLAIN user and password, when the listener asks for a SASL login
 
     @property
     def bootstrap(self) -> str:
@@ -216,7 +239,7 @@ class Broker:
     def _ready(self) -> bool:
         self.still_starting()
         with entered(self.netns):
-            return metadata_ping(self.host, self.port, timeout=1.0)
+            return metadata_ping(self.host, self.port, timeout=1.0, login=self.login)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, wait, and insist on a clean exit (code 0, clean-shutdown marker)."""

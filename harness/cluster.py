@@ -17,6 +17,7 @@ from harness.waiting import wait_for
 from hpbroker.cli.connection import CliError
 from hpbroker.cli.kafka_requests import Brokers
 from hpbroker.cluster import session, znodes
+from hpbroker.security.settings import Login
 
 SESSION_MS = 6000
 FAST = {
@@ -37,11 +38,13 @@ WAIT_S = 60
 
 
 class Cluster:
-    def __init__(self, connect: str, directory: Path, size: int, overrides: dict | None = None):
+    def __init__(self, connect: str, directory: Path, size: int, overrides: dict | None = None,
+                 login: tuple[str, str] | None = None):
         self.connect = connect
+        self.login = Login("PLAIN", *login) if login else None
         self.brokers = {
             i: Broker(Path(directory) / f"broker-{i}", overrides={
-                **FAST, "zookeeper.connect": connect, "broker.id": str(i), **(overrides or {})})
+                **FAST, "zookeeper.connect": connect, "broker.id": str(i), **(overrides or {})}, login=login)
             for i in range(1, size + 1)}
         self.zk = session.connect(connect, SESSION_MS, 10000)
 
@@ -137,7 +140,7 @@ class Cluster:
         """The leader of ``topic``-``partition`` in broker ``broker_id``'s Metadata
         answer (-1 for none), or None when it does not answer or name the partition."""
         try:
-            with Brokers(self.brokers[broker_id].bootstrap, 5) as brokers:
+            with Brokers(self.brokers[broker_id].bootstrap, 5, self.login) as brokers:
                 answer = brokers.metadata([topic])
         except CliError:
             return None

@@ -22,17 +22,22 @@ ALLOWED = {
     # the processes: a worker never reaches into the acceptor, the CLI never into a worker
     "acceptor": {"cluster", "kernels", "records", "server", "shared", "storage", "workers"},
     # (``protocol``: the requests confluent-kafka's admin client cannot make, sent as frames)
-    "cli": {"acceptor", "cluster", "kernels", "protocol", "records", "server", "spark", "storage", "zkconsumer"},
-    "server": {"storage"},
+    "cli": {"acceptor", "cluster", "kernels", "protocol", "records", "security", "server", "spark", "storage",
+            "zkconsumer"},
+    # (``security``: the listener's settings are read with the rest of the configuration)
+    "server": {"security", "storage"},
     # the memory the acceptor shares with its workers (it finds a partition's owner by the server's rule)
     "shared": {"server"},
-    "workers": {"cluster", "kernels", "protocol", "records", "replication", "server", "shared", "storage"},
+    "workers": {"cluster", "kernels", "protocol", "records", "replication", "security", "server", "shared",
+                "storage"},
     # the libraries below them
     "cluster": {"protocol", "shared"},
     "kernels": set(),
     "protocol": set(),
     "records": {"kernels"},
-    "replication": {"protocol", "storage", "records", "kernels"},
+    "replication": {"protocol", "storage", "records", "kernels", "security"},
+    # SASL: the mechanisms, the credential file, the listener's settings (storage: ConfigError)
+    "security": {"storage"},
     "spark": {"storage", "kernels", "records"},
     "storage": {"kernels", "records"},
     "zkconsumer": {"cluster", "kernels", "protocol", "records"},

@@ -61,9 +61,12 @@ def test_bad_settings_name_the_key(overrides, message):
 def test_listener_forms():
     assert parse_listener("PLAINTEXT://[::1]:9092").host == "::1"
     assert parse_listener("127.0.0.1:19092").port == 19092
-    for bad in ("SSL://h:1", "h:port", "PLAINTEXT://h"):
+    assert parse_listener("SASL_PLAINTEXT://h:1").name == "SASL_PLAINTEXT"  # its protocol is the map's
+    for bad in ("h:port", "PLAINTEXT://h", "9X://h:1"):
         with pytest.raises(ConfigError):
             parse_listener(bad)
+    with pytest.raises(ConfigError, match="SSL is not supported"):
+        BrokerConfig.from_sources(overrides={"listeners": "SSL://h:1"})
 
 
 def test_overrides_need_an_equals_sign():

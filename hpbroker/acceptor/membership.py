@@ -39,7 +39,7 @@ def member_settings(config: BrokerConfig) -> MemberSettings:
         connection_timeout_ms=config["zookeeper.connection.timeout.ms"] or session_ms,
         broker_id=config.broker_id if explicit and config.broker_id >= 0 else None,
         generate_broker_id=config["broker.id.generation.enable"], host=advertised.host, port=advertised.port,
-        rack=config["broker.rack"],
+        rack=config["broker.rack"], listener=config.security.listener, security_protocol=config.security.protocol,
         controller=ControllerSettings(
             unclean_leader_election=config.log.unclean_leader_election,
             auto_leader_rebalance=config["auto.leader.rebalance.enable"],

@@ -100,10 +100,18 @@ def connect(args):
     from confluent_kafka.admin import AdminClient
 
     probe(args)
-    admin = AdminClient(client_config(args))
+    refusals: list[KafkaError] = []  # a failed SASL login reaches only the error callback
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refusals.append(error)
+    admin = AdminClient(client_config(args, error_cb=on_error))
     try:
         admin.list_topics(timeout=args.timeout)
     except KafkaException as exc:
+        admin.poll(0)  # serves the error callback
+        if refusals:
+            raise CliError(f"{args.bootstrap_server} refused the login: {refusals[-1].str()}") from None
         raise CliError(f"cannot reach {args.bootstrap_server} (no Kafka answer within {args.timeout:g} s: "
                        f"{exc.args[0].str()})") from None
     return admin

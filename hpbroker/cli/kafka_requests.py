@@ -4,8 +4,10 @@ blocking socket with the frames of ``protocol.client_codec`` (kio's classes).
 
 Every failure is a ``CliError`` naming the broker (``cannot reach``, ``no
 answer within``, ``does not support``), so a command built on this module
-reports one line and never a traceback.  Plain TCP only: these requests do
-not go through librdkafka, so ``--command-config`` (TLS, SASL) has no place.
+reports one line and never a traceback.  These requests do not go through
+librdkafka, so of ``--command-config`` only the SASL login is read
+(``security.protocol=SASL_PLAINTEXT``, ``sasl.mechanism``, ``sasl.username``,
+``sasl.password``); TLS is refused with a line saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from hpbroker.errors import ErrorCode
 from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, encode_request
 from hpbroker.protocol.header import skip_tagged_fields
 from hpbroker.protocol.schemas import request_type, response_header_version
+from hpbroker.security.login import LoginFailed, log_in_blocking
+from hpbroker.security.settings import Login
 
 CLIENT_ID = "hpbroker-cli"
 API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
@@ -75,7 +79,7 @@ class Connection:
     """One broker connection: ApiVersions first, so each request can be sent at
     a version both sides know, or refused with a readable line."""
 
-    def __init__(self, host: str, port: int, timeout_s: float):
+    def __init__(self, host: str, port: int, timeout_s: float, login: Login | None = None):
         self.where = f"{host}:{port}"
         self.timeout_s = timeout_s
         self._ids = itertools.count(1)
@@ -93,6 +97,15 @@ class Connection:
             self.close()
             raise CliError(f"{self.where} refused ApiVersions: {error_name(answer.error_code)}")
         self.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys}
+        if login is not None:
+            try:
+                log_in_blocking(self.request, login)
+            except LoginFailed as exc:
+                self.close()
+                raise CliError(f"{self.where} refused the login: {exc}") from None
+            except CliError:
+                self.close()
+                raise
 
     def version(self, api_key: int, name: str, lowest: int, highest: int) -> int:
         """The highest version of ``api_key`` in ``lowest..highest`` the broker takes."""
@@ -143,6 +156,21 @@ class Connection:
         self._sock.close()
 
 
+def login_of(settings: dict[str, str]) -> Login | None:
+    """The SASL login ``--command-config`` asks for, as librdkafka reads its keys (None: plain TCP)."""
+    protocol = settings.get("security.protocol", "plaintext").upper()
+    if protocol == "PLAINTEXT":
+        return None
+    if protocol != "SASL_PLAINTEXT":
+        raise CliError(f"security.protocol={protocol} is not supported by this command (PLAINTEXT and "
+                       f"SASL_PLAINTEXT are)")
+    mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "GSSAPI")).upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise CliError(f"sasl.mechanism={mechanism} is not supported by this command (PLAIN, SCRAM-SHA-256 and "
+                       f"SCRAM-SHA-512 are)")
+    return Login(mechanism, settings.get("sasl.username", ""), settings.get("sasl.password", ""))
+
+
 def _decode_as(cls: type, api_key: int, version: int, frame: bytes):
     """``client_codec.decode_response`` reading the body as ``cls``."""
     correlation_id = _int32.unpack_from(frame, 0)[0]
@@ -161,8 +189,9 @@ class Brokers:
     """Connections to a cluster: the first bootstrap server that answers, then
     any broker its Metadata names, each opened once."""
 
-    def __init__(self, bootstrap: str, timeout_s: float):
+    def __init__(self, bootstrap: str, timeout_s: float, login: Login | None = None):
         self.timeout_s = timeout_s
+        self.login = login
         self._open: dict[tuple[str, int], Connection] = {}
         reasons: list[str] = []
         failures: list[CliError] = []
@@ -188,7 +217,7 @@ class Brokers:
     def _connect(self, host: str, port: int) -> Connection:
         connection = self._open.get((host, port))
         if connection is None:
-            connection = self._open[(host, port)] = Connection(host, port, self.timeout_s)
+            connection = self._open[(host, port)] = Connection(host, port, self.timeout_s, self.login)
         return connection
 
     def to(self, node: Node) -> Connection:

@@ -25,7 +25,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from hpbroker.cli import output
-from hpbroker.cli.connection import DEFAULT_BOOTSTRAP, DEFAULT_TIMEOUT_S, CliError, guarded, positive_seconds
+from hpbroker.cli.connection import CliError, add_connection_args, guarded, parse_pairs
 from hpbroker.cli.kafka_requests import (
     FIND_COORDINATOR,
     Brokers,
@@ -33,6 +33,7 @@ from hpbroker.cli.kafka_requests import (
     Retry,
     build,
     error_name,
+    login_of,
     request_module,
     until_answered,
 )
@@ -99,7 +100,7 @@ def add_parser(sub) -> None:
     p.add_argument("--duration-ms", type=_non_negative("duration"), metavar="MS",
                    help="only transactions that started more than MS ago (ListTransactions v1; an ended "
                         "transaction keeps its start time, so it can match too)")
-    _connection_args(p)
+    add_connection_args(p)
     p.set_defaults(run=run, action_fn=list_transactions)
 
     p = actions.add_parser(
@@ -108,7 +109,7 @@ def add_parser(sub) -> None:
                     "(DescribeTransactions): producer id and epoch, state, timeout, when the current "
                     "transaction started and how long it has been open, and the partitions in it.")
     p.add_argument("--transactional-id", required=True, metavar="ID", help="the transactional id to describe")
-    _connection_args(p)
+    add_connection_args(p)
     p.set_defaults(run=run, action_fn=describe_transaction)
 
     p = actions.add_parser(
@@ -118,17 +119,8 @@ def add_parser(sub) -> None:
                     "open transaction, the one holding the partition's last stable offset back.")
     p.add_argument("--topic", required=True, metavar="TOPIC")
     p.add_argument("--partition", required=True, type=_non_negative("partition"), metavar="P")
-    _connection_args(p)
+    add_connection_args(p)
     p.set_defaults(run=run, action_fn=describe_producers)
-
-
-def _connection_args(parser) -> None:
-    # connection.add_connection_args without --command-config: these requests do not go through librdkafka
-    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help=f"broker(s) to connect to, comma separated (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"give up on the broker after this long (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
 
 
 def _non_negative(what: str):
@@ -145,7 +137,8 @@ def _non_negative(what: str):
 
 def run(args) -> int:
     def connected(args):
-        with Brokers(args.bootstrap_server, args.timeout) as brokers:
+        login = login_of(parse_pairs(args.command_config, "--command-config"))
+        with Brokers(args.bootstrap_server, args.timeout, login) as brokers:
             return args.action_fn(args, brokers)
     return guarded(PREFIX, connected, args)
 

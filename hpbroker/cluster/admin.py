@@ -1,7 +1,8 @@
 """A worker's admin writes to ZooKeeper, as coroutines on its event loop:
 CreateTopics, CreatePartitions, AlterConfigs, DeleteTopics, producer id
-blocks, reassignments and election requests, in Kafka's layout (any broker
-makes them; the controller and the watches do the rest).
+blocks, reassignments, election requests and users' SCRAM credentials, in
+Kafka's layout (any broker makes them; the controller and the watches do the
+rest).
 
 Nothing here blocks the loop: every ZooKeeper call goes through kazoo's
 asynchronous operations (``cluster/zk_ops.py``, on the acceptor's session
@@ -169,6 +170,36 @@ class ClusterAdmin:
             return Write(json.dumps({"version": 1, "broker": broker_id, "block_start": str(start),
                                      "block_end": str(end)}).encode(), (start, end))
         return await self.compare_and_set(znodes.PRODUCER_ID_BLOCK, decide, znodes.PRODUCER_ID_BLOCK)
+
+    # --- users (SCRAM credentials) ----------------------------------------------------------------------
+    async def user_config(self, user: str) -> dict[str, str]:
+        """The user's settings (``/config/users/<user>``); empty when none."""
+        data, _stat = await self._bounded(f"the config of user {user!r}", self._read(znodes.user_config_path(user)))
+        return znodes.decode_user_config(user, data) if data else {}
+
+    async def user_configs(self) -> dict[str, dict[str, str]]:
+        """Every user's settings."""
+        async def read() -> tuple[list[str], list]:
+            try:
+                names = sorted(await self._zk(self._ops().children(znodes.USER_CONFIGS)))
+            except NoNodeError:
+                return [], []
+            users = [znodes.user_of_znode(name) for name in names]
+            return users, await asyncio.gather(*(self._read(znodes.user_config_path(u)) for u in users))
+        users, reads = await self._bounded("listing users", read())
+        found = {}
+        for user, (data, _stat) in zip(users, reads):
+            try:
+                found[user] = znodes.decode_user_config(user, data) if data else {}
+            except znodes.ZnodeFormatError as exc:
+                log.error("ignoring user %s: %s", user, exc)
+        return found
+
+    async def change_user_config(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+        """Write ``change(settings)`` over the user's settings as ZooKeeper holds them now."""
+        async def decide(data):
+            return Write(znodes.encode_user_config(change(znodes.decode_user_config(user, data) if data else {})))
+        await self.compare_and_set(znodes.user_config_path(user), decide, f"the config of user {user!r}")
 
     # --- reassignments and elections ------------------------------------------------------------------
     async def alter_reassignments(self, topic: str, changes: dict[int, list[int] | None], *,

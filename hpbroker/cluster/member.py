@@ -44,6 +44,8 @@ class MemberSettings:
     host: str = "127.0.0.1"
     port: int = 9092
     rack: str | None = None
+    listener: str = "PLAINTEXT"  # the listener's name, and its security protocol, for the registration
+    security_protocol: str = "PLAINTEXT"
     controller: ControllerSettings = ControllerSettings()
 
 
@@ -72,8 +74,9 @@ class ClusterMember:
             registration.check_cluster_id(stored_cluster_id, self.cluster_id)
             self.broker_id = self._broker_id(stored_broker_id)
             self.registration = registration.Registration(
-                self.client, znodes.BrokerRegistration(self.broker_id, s.host, s.port, s.rack,
-                                                       timestamp_ms=now_ms()),
+                self.client, znodes.BrokerRegistration(self.broker_id, s.host, s.port, s.rack, s.listener,
+                                                       timestamp_ms=now_ms(),
+                                                       security_protocol=s.security_protocol),
                 on_lost=self._session_ok.clear, on_registered=self._session_ok.set,
                 stale_wait_s=s.session_timeout_ms / 1000 + 2)
             self.registration.start()

@@ -9,6 +9,7 @@ its default) and raise ``ZnodeFormatError`` on anything else.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -20,6 +21,7 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
+USER_CONFIGS = "/config/users"  # a user's SCRAM credentials, as Kafka keeps them
 DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
@@ -104,6 +106,7 @@ class BrokerRegistration:
     # larger one than the incarnation before it.  Read from the znode's stat
     # (czxid), never written into it; -1 when not known.
     epoch: int = -1
+    security_protocol: str = "PLAINTEXT"  # the listener's (listener_security_protocol_map)
 
     @property
     def endpoint(self) -> str:
@@ -112,7 +115,7 @@ class BrokerRegistration:
     def encode(self) -> bytes:
         value = {
             "version": 5, "host": self.host, "port": self.port, "endpoints": [self.endpoint],
-            "listener_security_protocol_map": {self.listener: "PLAINTEXT"},
+            "listener_security_protocol_map": {self.listener: self.security_protocol},
             "jmx_port": -1, "timestamp": str(self.timestamp_ms), "features": {},
         }
         if self.rack is not None:
@@ -135,7 +138,10 @@ class BrokerRegistration:
             listener, host, port = "PLAINTEXT", _field(path, obj, "host", str), _field(path, obj, "port", int)
         rack = obj.get("rack")
         timestamp = _field(path, obj, "timestamp", int, 0)
-        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp, epoch)
+        protocols = obj.get("listener_security_protocol_map")
+        protocol = protocols.get(listener, "PLAINTEXT") if isinstance(protocols, dict) else "PLAINTEXT"
+        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp, epoch,
+                   str(protocol))
 
 
 # --- /controller, /controller_epoch ---------------------------------------------------
@@ -251,11 +257,33 @@ def encode_topic_config(config: Mapping[str, object]) -> bytes:
 
 
 def decode_topic_config(topic: str, data: bytes) -> dict[str, str]:
-    path = topic_config_path(topic)
+    return _decode_config(topic_config_path(topic), data)
+
+
+def _decode_config(path: str, data: bytes) -> dict[str, str]:
     section = _load(path, data).get("config") or {}
     if not isinstance(section, dict):
         raise ZnodeFormatError(f"{path}: 'config' is not a map")
     return {str(k): str(v) for k, v in section.items()}
+
+
+# --- /config/users/<user> ---------------------------------------------------------------
+def user_config_path(user: str) -> str:
+    """Kafka's sanitized name: the user name URL-encoded (so ``/`` and the like cannot
+    make a path), ``*`` too."""
+    return f"{USER_CONFIGS}/{urllib.parse.quote(user, safe='').replace('*', '%2A')}"
+
+
+def user_of_znode(name: str) -> str:
+    return urllib.parse.unquote(name)
+
+
+def encode_user_config(config: Mapping[str, object]) -> bytes:
+    return encode_topic_config(config)  # the same shape: {"version": 1, "config": {...}}
+
+
+def decode_user_config(user: str, data: bytes) -> dict[str, str]:
+    return _decode_config(user_config_path(user), data)
 
 
 # --- /isr_change_notification/isr_change_<seq> ------------------------------------------

@@ -66,6 +66,9 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     15: (0, 6),
     # ListGroups: all of it; v4 filters by state, v5 by type.
     16: (0, 5),
+    # SaslHandshake: v0 has the tokens follow bare (length-prefixed), v1 in
+    # SaslAuthenticate requests, which current clients use.
+    17: (0, 1),
     # ApiVersions: v0 is librdkafka's ApiVersion probe and aiokafka's request;
     # v3/v4 are the flexible ones librdkafka and kafka-python open with.
     18: (0, 4),
@@ -100,6 +103,9 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     # DescribeLogDirs: Kafka 4.0's range (v4 adds the volume's total and usable
     # bytes); kafka-python's describe_log_dirs sends up to 5, whose cordoning we lack.
     35: (1, 4),
+    # SaslAuthenticate: all of it (v1 adds the session lifetime, 0 here: no
+    # re-authentication; v2 is flexible).
+    36: (0, 2),
     # CreatePartitions: all of it.
     37: (0, 3),
     # DeleteGroups: all of it.
@@ -117,6 +123,10 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     46: (0, 0),
     # OffsetDelete: all of it (only v0 exists).
     47: (0, 0),
+    # DescribeUserScramCredentials, AlterUserScramCredentials: all of them (only
+    # v0 exists); what confluent-kafka's and Kafka's admin clients send.
+    50: (0, 0),
+    51: (0, 0),
     # DescribeCluster: all of it (v2's fenced flag is always false here).
     60: (0, 2),
     # DescribeProducers: all of it (only v0 exists): the partition leader's active

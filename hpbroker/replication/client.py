@@ -26,8 +26,18 @@ from typing import Any, Callable, cast
 from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, encode_request
 from hpbroker.protocol.exceptions import FrameTooLarge
 from hpbroker.protocol.framing import FrameReader
+from hpbroker.security.login import log_in
+from hpbroker.security.settings import Login
 
 _correlation_id = struct.Struct(">i")
+_login: Login | None = None  # how this process's connections to other brokers log in (None: they do not)
+
+
+def use_login(login: Login | None) -> None:
+    """Set once as a worker starts, from the listener's settings: every broker
+    of a cluster serves the same listener, so one login reaches them all."""
+    global _login
+    _login = login
 
 
 class ClientConnection(asyncio.BufferedProtocol):
@@ -43,9 +53,17 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, timeout: float = 5.0) -> "ClientConnection":
+        """A connection to a broker, logged in when the brokers' listener asks
+        for SASL (``use_login``); the login fails it as a ConnectionError."""
         loop = asyncio.get_running_loop()
         _transport, connection = await asyncio.wait_for(
             loop.create_connection(lambda: cls(client_id), host, port), timeout)
+        if _login is not None:
+            try:
+                await asyncio.wait_for(log_in(connection, _login), timeout)
+            except BaseException:
+                connection.close()
+                raise
         return connection
 
     @property

@@ -7,10 +7,13 @@ naming the key, never a silently ignored setting.  Log settings
 ``hpbroker.storage.LogConfig``; the rest are the broker's own.
 """
 
+import functools
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 
+from hpbroker.security import settings
 from hpbroker.storage.config import LOG_KEYS, ConfigError, LogConfig, is_broker_log_key, parse_bool
 
 
@@ -46,6 +49,13 @@ def parse_cpu_affinity(text: str) -> str | tuple[int, ...]:
 BROKER_KEYS = {
     "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": (str, None),
+    # Kafka's default map; of its protocols PLAINTEXT and SASL_PLAINTEXT are served (security/settings.py)
+    "listener.security.protocol.map": (str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                            "SASL_SSL:SASL_SSL"),
+    # Kafka's default for both is GSSAPI (Kerberos), which is not served: PLAIN is the one
+    # mechanism that needs nothing but the listener's JAAS entry
+    "sasl.enabled.mechanisms": (str, "PLAIN"),
+    "sasl.mechanism.inter.broker.protocol": (str, "PLAIN"),
     "log.dirs": (str, None),
     "log.dir": (str, "/tmp/kafka-logs"),
     "broker.id": (int, 0),
@@ -134,18 +144,24 @@ def known_keys() -> list[str]:
 
 
 def read_properties_file(path: str) -> dict[str, str]:
-    """Java properties as Kafka's files use them: ``key=value`` (or ``key: value``,
-    ``key value``), ``#``/``!`` comments, blank lines."""
+    r"""Java properties as Kafka's files use them: ``key=value`` (or ``key: value``,
+    ``key value``), ``#``/``!`` comments, blank lines, and a line ending in ``\``
+    going on on the next (as a long ``sasl.jaas.config`` is often written)."""
     props = {}
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    carried = ""
     for number, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
+        line = carried + raw.strip() if carried else raw.strip()
+        if not carried and (not line or line[0] in "#!"):
             continue
+        if (len(line) - len(line.rstrip("\\"))) % 2:  # an odd count of trailing backslashes: continued
+            carried = line[:-1]
+            continue
+        carried = ""
         for i, ch in enumerate(line):
             if ch in "=: \t":
                 key, value = line[:i].strip(), line[i + 1 :].strip()
@@ -179,14 +195,15 @@ WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 def parse_listener(text: str) -> Listener:
-    """``PLAINTEXT://host:port`` (the first of a comma-separated list), or ``host:port``;
-    an empty host (``PLAINTEXT://:9092``) binds every interface, as in Kafka."""
+    """``NAME://host:port`` (the first of a comma-separated list), or ``host:port``
+    (PLAINTEXT); the name's security protocol is ``listener.security.protocol.map``'s.
+    An empty host (``PLAINTEXT://:9092``) binds every interface, as in Kafka."""
     first = text.split(",")[0].strip()
     name, sep, rest = first.partition("://")
     if not sep:
         name, rest = "PLAINTEXT", first
-    if name.upper() != "PLAINTEXT":
-        raise ConfigError(f"listener {first!r}: only PLAINTEXT listeners are supported")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+        raise ConfigError(f"listener {first!r}: a listener's name is letters, digits and '_'")
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"listener {first!r}: expected HOST:PORT")
@@ -211,11 +228,13 @@ class BrokerConfig:
                     values[key] = parse(text) if parse is not int else int(str(text).strip())
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from None
-            elif not is_broker_log_key(key):
+            elif not is_broker_log_key(key) and not settings.is_listener_key(key):
                 raise ConfigError(f"unknown config key {key!r}")
         for key, (_, default) in BROKER_KEYS.items():
             values.setdefault(key, default)
-        return cls(props=props, values=values, log=LogConfig.from_broker_properties(props))
+        config = cls(props=props, values=values, log=LogConfig.from_broker_properties(props))
+        config.security  # noqa: B018 -- checked now: a broker that starts can log its clients and peers in
+        return config
 
     def __getitem__(self, key: str):
         return self.values[key]
@@ -233,6 +252,14 @@ class BrokerConfig:
     @property
     def listener(self) -> Listener:
         return parse_listener(self.values["listeners"])
+
+    @functools.cached_property
+    def security(self) -> settings.ListenerSecurity:
+        """The listener's security protocol and, for SASL, its mechanisms and users."""
+        return settings.read(self.props, self.listener.name, self.values["listener.security.protocol.map"],
+                             self.values["sasl.enabled.mechanisms"],
+                             self.values["sasl.mechanism.inter.broker.protocol"],
+                             clustered=bool(self.values["zookeeper.connect"]))
 
     @property
     def advertised(self) -> Listener:

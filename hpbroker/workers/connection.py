@@ -26,6 +26,7 @@ import contextvars
 import logging
 import os
 import socket
+import struct
 import time
 from typing import IO, cast
 
@@ -42,6 +43,7 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
+from hpbroker.security.sasl import ALLOWED_BEFORE, SESSION, SaslFailure, SaslSession, Stage
 from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
@@ -85,8 +87,10 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None):
+    def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None,
+                 sasl: SaslSession | None = None):
         self.ctx = ctx
+        self.sasl = sasl  # on a SASL listener: the login, which must succeed before anything but ApiVersions
         self.routes = routes
         self.on_close = on_close
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
@@ -137,6 +141,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _enter(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
+        SESSION.set(self.sasl)
         affinity.ROUTE.set(self.route)
         partition_moves.CALLER.set(self.source)
 
@@ -369,6 +374,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             if pieces and not self.transport.is_closing():
                 await self._write(pieces)
+            if self.sasl is not None and self.sasl.failed:  # the login's refusal is out: the connection ends
+                self.closing = True
+                self.transport.close()
+                return False
             return True
         except (ConnectionError, OSError) as exc:
             self._drop(f"write failed: {exc}")
@@ -465,6 +474,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return None
 
     async def _handle(self, frame):
+        session = self.sasl
+        if session is not None and session.stage is Stage.RAW_TOKENS:
+            return await self._raw_token(session, frame)
         try:
             header, request = decode_request(frame)
         except UnsupportedVersion as exc:
@@ -480,6 +492,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._drop(f"malformed request: {exc}")
             return None
         self.current, self.current_request = header, request
+        if session is not None and not session.authenticated and header.api_key not in ALLOWED_BEFORE:
+            self._drop(f"api key {header.api_key} before the SASL login (client {header.client_id!r})")
+            return None
         handler = self.routes.get(header.api_key)
         if handler is None:
             self._drop(f"api key {header.api_key} is advertised but has no handler")
@@ -501,6 +516,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if isinstance(response, list):
             return response
         return [encode_response(header, response)]
+
+    async def _raw_token(self, session: SaslSession, frame):
+        """A bare SASL token (after SaslHandshake v0): answered with a bare one, or,
+        when the login fails, by closing the connection."""
+        try:
+            token = await session.authenticate(bytes(frame))
+        except SaslFailure as exc:
+            self._drop(f"failed login: {exc.detail}")
+            return None
+        if session.authenticated:
+            log.info("%s logged in from %s with %s", session.principal, self.peer, session.mechanism)
+        return [struct.pack(">i", len(token)) + token]
 
     def _cork(self, pieces) -> bool:
         """Hold what is written in the socket until ``_uncork`` (TCP_CORK) when

@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hpbroker.security.credentials import FileCredentials
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import filenames
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
@@ -156,7 +157,7 @@ class PartitionDirs:
 class WorkerContext:
     def __init__(self, config: BrokerConfig, index: int, workers: int, identity: BrokerIdentity,
                  topics: "TopicRegistry | ClusterTopics", owners, *, groups=None, transactions=None, cluster=None,
-                 producer_ids=None, partition_offsets=None):
+                 producer_ids=None, partition_offsets=None, credentials=None):
         self.config = config
         self.index = index
         self.workers = workers
@@ -169,6 +170,8 @@ class WorkerContext:
         self.segment_files = SegmentFiles()
         self.partition_dirs = PartitionDirs(topics.log_dirs)
         self.producer_ids = producer_ids or ProducerIdAllocator(topics.log_dirs[0])
+        # users' SCRAM credentials: ZooKeeper's in a cluster, else a file beside the producer id counter
+        self.credentials = credentials or FileCredentials(topics.log_dirs[0])
         # who leads what, who coordinates a group: this broker alone, or the cluster image
         self.cluster = cluster or StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port))
         # shared.partition_table.TableReader: every partition's offsets as its owner

@@ -19,7 +19,9 @@ from typing import cast
 from hpbroker.cluster.session_tracker import Session
 from hpbroker.cluster.shared_link import SharedLink
 from hpbroker.protocol.framing import LARGE_FRAMES
+from hpbroker.replication import client
 from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.security.sasl import SaslSession
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
@@ -48,6 +50,7 @@ from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
 from hpbroker.workers.transactions import TransactionCoordinator, markers
+from hpbroker.workers.zookeeper_credentials import ZooKeeperCredentials
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +213,11 @@ class Worker:
         await self.peer_server.start()
         listener = self.config.advertised
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
-        cluster = producer_ids = None
+        cluster = producer_ids = credentials = None
         if self.link is not None:
             cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
+            credentials = ZooKeeperCredentials(self.link.admin)
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
                         self.config["offsets.topic.num.partitions"],
                         self.config["transaction.state.log.num.partitions"], placement=self.placement,
@@ -222,8 +226,9 @@ class Worker:
                         moves_held_off=self.gathering.held if self.gathering is not None else None)
         self.ctx = WorkerContext(self.config, self.index, self.workers, identity, self.topics, owners,
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
-                                 producer_ids=producer_ids,
+                                 producer_ids=producer_ids, credentials=credentials,
                                  partition_offsets=self.memory.partitions.reader(owner_of=self.placement.owner))
+        client.use_login(self.config.security.login)  # the other brokers' listener may ask for a login
         self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
                                  self.config.broker_id)
@@ -304,8 +309,12 @@ class Worker:
                                 ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
-        connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if self.workers > 1 else None,
-                                     self.gathering)
+        security = self.config.security
+        # a logged-in connection stays where it logged in: its next worker would not know its principal
+        session = SaslSession(security, self.ctx.credentials) if security.sasl else None
+        connection = KafkaConnection(self.ctx, ROUTES, self._closed,
+                                     self._move if self.workers > 1 and session is None else None, self.gathering,
+                                     sasl=session)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
 

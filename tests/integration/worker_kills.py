@@ -5,6 +5,7 @@ nothing stored twice."""
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import confluent_kafka as ck
 import kafka
@@ -13,20 +14,25 @@ import kafka
 def produce_through_worker_kills(broker, topic: str, total: int, value_of: Callable[[str, int], bytes],
                                  partition_of: Callable[[str, int], int], *, linger_ms: int, pace_every: int,
                                  pace_s: float, workers=(0, 1),
-                                 before_kills: Callable[[], object] | None = None) -> dict[str, set[bytes]]:
+                                 before_kills: Callable[[], object] | None = None,
+                                 ck_conf: dict[str, Any] | None = None,
+                                 kp_conf: dict[str, Any] | None = None) -> dict[str, set[bytes]]:
     """librdkafka ("ck") and kafka-python ("kp"), both idempotent, each send
     ``total`` records (``value_of(client, i)`` to ``partition_of(client, i)``,
     resting ``pace_s`` every ``pace_every`` so that the kills land among the
     requests) while each of ``workers`` is SIGKILLed in turn, once librdkafka
-    has an acknowledgement (and ``before_kills`` returned, when given). What
+    has an acknowledgement (and ``before_kills`` returned, when given);
+    ``ck_conf`` and ``kp_conf`` add to each client's settings (a login). What
     each client had acknowledged when it was done."""
     acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
+    kp_extra: dict[str, Any] = kp_conf or {}
     sending = threading.Event()
 
     def with_librdkafka() -> None:
         one_per_request = {"batch.num.messages": 1} if linger_ms == 0 else {}
         producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
-                                "linger.ms": linger_ms, "message.timeout.ms": 120000, **one_per_request})
+                                "linger.ms": linger_ms, "message.timeout.ms": 120000, **one_per_request,
+                                **(ck_conf or {})})
 
         def delivered(err, msg) -> None:
             if err is None:
@@ -45,7 +51,8 @@ def produce_through_worker_kills(broker, topic: str, total: int, value_of: Calla
 
     def with_kafka_python() -> None:
         producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True, acks="all",
-                                       linger_ms=linger_ms, request_timeout_ms=30000, delivery_timeout_ms=120000)
+                                       linger_ms=linger_ms, request_timeout_ms=30000, delivery_timeout_ms=120000,
+                                       **kp_extra)
         futures = []
         for i in range(total):
             payload = value_of("kp", i)

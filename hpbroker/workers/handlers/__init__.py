@@ -10,6 +10,7 @@ from hpbroker.workers.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
+    alter_user_scram_credentials,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -24,6 +25,7 @@ from hpbroker.workers.handlers import (
     describe_log_dirs,
     describe_producers,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -42,17 +44,20 @@ from hpbroker.workers.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
 )
 
-_MODULES = (add_offsets_to_txn, add_partitions_to_txn, alter_partition_reassignments, api_versions,
-            consumer_group_describe, consumer_group_heartbeat, create_partitions, create_topics, delete_groups,
-            delete_records, delete_topics, describe_cluster, describe_configs, describe_groups, describe_log_dirs,
-            describe_producers, describe_transactions, elect_leaders, end_txn, fetch, find_coordinator, heartbeat,
-            init_producer_id, join_group, leave_group, list_groups, list_offsets, list_partition_reassignments,
-            list_transactions, metadata, offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce,
+_MODULES = (add_offsets_to_txn, add_partitions_to_txn, alter_partition_reassignments, alter_user_scram_credentials,
+            api_versions, consumer_group_describe, consumer_group_heartbeat, create_partitions, create_topics,
+            delete_groups, delete_records, delete_topics, describe_cluster, describe_configs, describe_groups,
+            describe_log_dirs, describe_producers, describe_transactions, describe_user_scram_credentials,
+            elect_leaders, end_txn, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
+            list_groups, list_offsets, list_partition_reassignments, list_transactions, metadata, offset_commit,
+            offset_delete, offset_fetch, offset_for_leader_epoch, produce, sasl_authenticate, sasl_handshake,
             sync_group, txn_offset_commit, write_txn_markers)
 ROUTES = {module.API_KEY: module.handle for module in _MODULES}
 ROUTES[alter_configs.ALTER_CONFIGS] = alter_configs.handle_alter_configs

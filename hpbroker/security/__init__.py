@@ -1,0 +1,13 @@
+"""Authentication: SASL on a listener whose security protocol is SASL_PLAINTEXT.
+
+* ``jaas``: the JAAS option strings Kafka's settings carry (the PLAIN users,
+  the broker's own login for inter-broker connections).
+* ``plain``: the PLAIN mechanism (RFC 4616), checked against those users.
+* ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802 / 7677), the credential
+  format Kafka stores, and both sides of the exchange.
+* ``credentials``: where SCRAM credentials live: ZooKeeper's
+  ``/config/users/<name>`` in a cluster, a file in the first log dir standalone.
+* ``sasl``: one connection's authentication, from SaslHandshake to a
+  principal (``User:<name>``).
+* ``login``: the client side, for the connections one broker opens to another.
+"""

@@ -1,0 +1,33 @@
+"""SaslAuthenticate (36): one token of the mechanism's exchange each way.  A
+failed login is answered with its reason (SASL_AUTHENTICATION_FAILED) and the
+connection then closes (``security/sasl.py``)."""
+
+import logging
+
+from hpbroker.errors import ErrorCode
+from hpbroker.security import sasl
+from hpbroker.server.logging_setup import Throttled
+from hpbroker.workers.context import CLIENT_HOST
+from hpbroker.workers.kio_build import make, response_module
+
+API_KEY = 36
+log = logging.getLogger(__name__)
+# a client with a wrong password retries at once, over and over: once a minute per host and reason
+_failures = Throttled(log)
+
+
+async def handle(ctx, header, request):
+    m = response_module(API_KEY, header.api_version)
+    session = sasl.SESSION.get()
+    if session is None:
+        return make(m.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
+                    error_message="this listener does not use SASL", auth_bytes=b"")
+    try:
+        token = await session.authenticate(request.auth_bytes)
+    except sasl.SaslFailure as exc:
+        _failures.log(logging.WARNING, (CLIENT_HOST.get(), exc.detail), "failed login from %s (client %r): %s",
+                      CLIENT_HOST.get(), header.client_id, exc.detail)
+        return make(m.SaslAuthenticateResponse, error_code=exc.code, error_message=str(exc), auth_bytes=b"")
+    if session.authenticated:
+        log.info("%s logged in from %s with %s", session.principal, CLIENT_HOST.get(), session.mechanism)
+    return make(m.SaslAuthenticateResponse, error_code=ErrorCode.none, error_message=None, auth_bytes=token)
