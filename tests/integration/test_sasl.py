@@ -9,6 +9,7 @@ under logged-in idempotent producers; and ``hpbroker users``."""
 
 import asyncio
 import json
+import shutil
 import signal
 import socket
 import struct
@@ -33,7 +34,9 @@ from confluent_kafka.admin import (
 from harness.broker import REPO, Broker, plain_login
 from harness.waiting import wait_for
 from hpbroker.security import scram
+from tests.integration import node as nodejs
 from tests.integration.clients import ck_consume, topic_name
+from tests.integration.test_kafkajs import KAFKAJS
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
 ADMIN = ("admin", "admin-secret")
@@ -407,3 +410,26 @@ def test_a_listener_that_cannot_work_stops_serve_with_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip() == ("hpbroker serve: listener 'SASL_SSL': security protocol SASL_SSL is not "
                                    "supported (supported: PLAINTEXT, SASL_PLAINTEXT)")
+
+
+# --- more clients -------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_logs_in_with_each_mechanism(broker):
+    """Debian's kcat (librdkafka 2.0.2), whose SCRAM repeats its own nonce: taken, as Kafka takes it."""
+    topic = topic_name("sasl-kcat")
+    for mechanism, (user, password) in sorted(LOGINS.items()):
+        login = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", f"sasl.mechanisms={mechanism}",
+                 "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+        subprocess.run(["kcat", "-P", "-b", broker.bootstrap, "-t", topic, "-p", "0", *login],
+                       input=f"by {mechanism}\n", text=True, check=True, timeout=60)
+        read = subprocess.run(["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-p", "0", "-e", "-q", *login],
+                              capture_output=True, text=True, check=True, timeout=60)
+        assert f"by {mechanism}" in read.stdout.splitlines()
+
+
+def test_kafkajs_logs_in_with_each_mechanism(broker):
+    node_modules = nodejs.installed(KAFKAJS)
+    logins = [f"{m.lower()}:{user}:{password}" for m, (user, password) in sorted(LOGINS.items())]
+    run = nodejs.run(node_modules, "kafkajs_sasl.js", broker.bootstrap, topic_name("sasl-js"), "100", *logins)
+    assert run["read"] == {m.lower(): 100 for m in LOGINS}
+    assert run["refused"] == "KafkaJSSASLAuthenticationError"
