@@ -170,7 +170,7 @@ class Broker:
 
     def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
                  num_workers: int | None = None, nofile: int | None = None, host: str | None = None,
-                 netns: str | None = None, login: tuple[str, str] | None = None):
+                 netns: str | None = None, login: tuple[str, str] | None = None, config=None):
         """``host`` is the address to listen on and advertise (127.0.0.1 unless
         given); ``netns`` a network namespace (a name under /var/run/netns, such as
         a tests/cluster/netlab.py host's) to run the broker in, through
@@ -188,6 +188,7 @@ class Broker:
         self._log_file = None
         self.nofile = nofile  # soft and hard RLIMIT_NOFILE of the broker, if set
         self.login = login  # a PLAIN user and password, when the listener asks for a SASL login
+        self.config = config  # a server.properties file (--config), read again on SIGHUP
 
     @property
     def bootstrap(self) -> str:
@@ -201,6 +202,8 @@ class Broker:
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "hpbroker", "serve", "--data-dir", str(self.data_dir),
                "--listen", self.bootstrap]
+        if self.config is not None:
+            cmd += ["--config", str(self.config)]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={value}"]
         if self.netns is not None:  # ip execs the broker: the pid stays the acceptor's

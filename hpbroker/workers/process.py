@@ -283,7 +283,8 @@ class Worker:
         self.endpoint.send(Kind.TOOK, then=lambda: self._adopt(fd))
 
     def _reload(self, props: dict) -> None:
-        """Apply new log settings (retention, flush, roll, ...) to every open log."""
+        """Apply new log settings (retention, flush, roll, ...) to every open log;
+        new connections log in with the SASL settings read now."""
         try:
             config = BrokerConfig.from_sources(overrides=props)
         except Exception as exc:
@@ -294,6 +295,7 @@ class Worker:
         self.topics.log_config = config.log
         self.logs.config = config.log
         self.logs.reconfigure()
+        client.use_login(config.security.login)
         log.info("worker %d applied the reloaded log settings", self.index)
 
     def _adopt(self, fd: int) -> None:

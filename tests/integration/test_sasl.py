@@ -433,3 +433,36 @@ def test_kafkajs_logs_in_with_each_mechanism(broker):
     run = nodejs.run(node_modules, "kafkajs_sasl.js", broker.bootstrap, topic_name("sasl-js"), "100", *logins)
     assert run["read"] == {m.lower(): 100 for m in LOGINS}
     assert run["refused"] == "KafkaJSSASLAuthenticationError"
+
+
+def test_a_reload_changes_plain_users_for_new_logins(broker_factory, tmp_path):
+    """SIGHUP (systemctl reload) reads the listener's JAAS entry again: a PLAIN
+    user added there logs in, one removed no longer does; connections already
+    logged in carry on."""
+    config = tmp_path / "server.properties"
+
+    def write(users: str) -> None:
+        config.write_text("listeners=SASL_PLAINTEXT://127.0.0.1:0\n"
+                          "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                          "org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+                          f"    {users};\n")
+    write('user_admin="admin-secret" user_alice="alice-secret"')
+    b = broker_factory(login=ADMIN, config=config)
+
+    def logs_in(user: str, password: str) -> bool:
+        with socket.create_connection((b.host, b.port), timeout=10) as s:
+            try:
+                return plain_login(s, user, password)
+            except (OSError, struct.error):
+                return False
+    alice = socket.create_connection((b.host, b.port), timeout=10)
+    try:
+        assert plain_login(alice, "alice", "alice-secret") and not logs_in("bob", "bob-secret")
+        write('user_admin="admin-secret" user_bob="bob-secret"')
+        b.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        wait_for(lambda: logs_in("bob", "bob-secret"), 30, "bob to log in after the reload")
+        assert not logs_in("alice", "alice-secret")
+        alice.sendall(frame(3, 0, METADATA_V0_ALL))
+        assert struct.unpack_from(">i", answer(alice))[0] == 1  # still served
+    finally:
+        alice.close()
