@@ -204,3 +204,46 @@ def test_a_session_out_of_order_or_refused_fails_for_good():
         asyncio.run(session.authenticate(b"n,,n=bob,r=abc"))  # no credential for this mechanism
     assert refused.value.code == ErrorCode.sasl_authentication_failed
     assert "bob" not in str(refused.value) and "'bob'" in refused.value.detail  # the client is not told why
+
+
+def test_properties_lines_go_on_as_java_reads_them(tmp_path):
+    props = tmp_path / "p.properties"
+    props.write_text("a=1\n# a comment ending in a backslash continues nothing \\\nb=2\n"
+                     "spaced=v\\ \nnext=3\nescaped=x\\\\\nz=4\nlast=one \\\n")
+    assert read_properties_file(str(props)) == {"a": "1", "b": "2", "spaced": "v\\", "next": "3",
+                                                "escaped": "x\\\\", "z": "4", "last": "one"}
+
+
+def test_a_jaas_error_never_shows_a_password():
+    with pytest.raises(ConfigError) as refused:
+        jaas.parse('x.PlainLoginModule required user_alice="s3cret;', "k")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_user_znodes_are_named_as_kafkas_sanitizer_names_them():
+    from hpbroker.cluster import znodes  # kazoo's package: imported where it is needed
+    assert znodes.user_config_path("a~b c*d/e.f_g-h") == "/config/users/a%7Eb%20c%2Ad%2Fe.f_g-h"
+    assert znodes.user_of_znode("a%7Eb%20c%2Ad%2Fe.f_g-h") == "a~b c*d/e.f_g-h"
+
+
+@pytest.mark.parametrize("server_first", [b"\xff", b"r=x", b"garbage", b"r=NONCE,s=!!,i=4096", b"r=NONCE,s=AAAA,i=1",
+                                          b"r=NONCE,s=AAAA,i=99999999"])
+def test_a_broker_logging_in_refuses_a_strange_server(server_first):
+    client = scram.ScramClient("SCRAM-SHA-256", "u", "p", nonce="NONCE")
+    with pytest.raises(scram.ScramError):
+        client.final(server_first)
+    for server_final in (b"v=!!", b"x", b"v=AAAA"):
+        with pytest.raises(scram.ScramError):
+            client.check(server_final)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"security.inter.broker.protocol": "SASL_PLAINTEXT"}, "the brokers meet on the one listener"),
+    ({"connections.max.reauth.ms": "3600000"}, "re-authentication is not supported"),
+])
+def test_kafkas_other_sasl_settings_are_read(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_sources(overrides=settings)
+    BrokerConfig.from_sources(overrides={"security.inter.broker.protocol": "PLAINTEXT",
+                                         "connections.max.reauth.ms": "0", "sasl.server.max.receive.size": "1024",
+                                         "connection.failed.authentication.delay.ms": "0"})

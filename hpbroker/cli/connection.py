@@ -14,6 +14,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from confluent_kafka import KafkaError, KafkaException
 
+from hpbroker.server.config import read_properties_file
+from hpbroker.storage.config import ConfigError
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -27,8 +30,10 @@ def add_connection_args(parser, json_flag: bool = True, json_help: str = "print 
                         help=f"broker(s) to connect to, comma separated (default {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker after this long (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--command-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra librdkafka client setting, e.g. security.protocol=SSL (repeatable)")
+    parser.add_argument("--command-config", action="append", default=[], metavar="KEY=VALUE|FILE",
+                        help="extra librdkafka client setting, e.g. security.protocol=SASL_PLAINTEXT, or a "
+                             "properties file of them, as Kafka's tools take (keeps a password off the command "
+                             "line; repeatable)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help=json_help)
 
@@ -61,9 +66,23 @@ def client_config(args, **extra) -> dict:
         "socket.connection.setup.timeout.ms": max(timeout_ms, 1000),
         "logger": _silent_logger(),
     }
-    config.update(parse_pairs(args.command_config, "--command-config"))
+    config.update(command_config(args))
     config.update(extra)
     return config
+
+
+def command_config(args) -> dict[str, str]:
+    """``--command-config``'s settings: each KEY=VALUE, and each properties file's."""
+    settings: dict[str, str] = {}
+    for item in args.command_config:
+        if "=" not in item and os.path.isfile(item):
+            try:
+                settings.update(read_properties_file(item))
+            except ConfigError as exc:
+                raise CliError(str(exc)) from None
+        else:
+            settings.update(parse_pairs([item], "--command-config"))
+    return settings
 
 
 def parse_pairs(items, flag: str) -> dict:

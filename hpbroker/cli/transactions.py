@@ -25,7 +25,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i16, i32Timedelta, i64
 
 from hpbroker.cli import output
-from hpbroker.cli.connection import CliError, add_connection_args, guarded, parse_pairs
+from hpbroker.cli.connection import CliError, add_connection_args, command_config, guarded
 from hpbroker.cli.kafka_requests import (
     FIND_COORDINATOR,
     Brokers,
@@ -137,7 +137,7 @@ def _non_negative(what: str):
 
 def run(args) -> int:
     def connected(args):
-        login = login_of(parse_pairs(args.command_config, "--command-config"))
+        login = login_of(command_config(args))
         with Brokers(args.bootstrap_server, args.timeout, login) as brokers:
             return args.action_fn(args, brokers)
     return guarded(PREFIX, connected, args)

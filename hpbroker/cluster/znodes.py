@@ -269,9 +269,10 @@ def _decode_config(path: str, data: bytes) -> dict[str, str]:
 
 # --- /config/users/<user> ---------------------------------------------------------------
 def user_config_path(user: str) -> str:
-    """Kafka's sanitized name: the user name URL-encoded (so ``/`` and the like cannot
-    make a path), ``*`` too."""
-    return f"{USER_CONFIGS}/{urllib.parse.quote(user, safe='').replace('*', '%2A')}"
+    """Kafka's sanitized name: the user name URL-encoded as Java's URLEncoder does
+    (so ``/`` and the like cannot make a path; ``*`` and ``~`` too)."""
+    quoted = urllib.parse.quote(user, safe="*-._")
+    return f"{USER_CONFIGS}/{quoted.replace('*', '%2A').replace('~', '%7E')}"
 
 
 def user_of_znode(name: str) -> str:

@@ -5,7 +5,9 @@ Standalone they are a JSON file at the root of the first log dir (mode
 0600), rewritten whole under a lock (every worker writes it) and renamed into
 place, so a crash leaves the old file or the new one.  In a cluster they are
 ZooKeeper's (``workers/zookeeper_credentials.py``), where Kafka keeps them.
-Both stores have ``get(user)``, ``all()`` and ``alter(changes)``.
+Both stores have ``get(user)``, ``all()`` and ``alter(changes)``, which
+returns the users whose change failed alone (a ZooKeeper write per user) and
+raises CredentialStoreError when none was made.
 
 Both are read at each login, not cached: a deleted credential stops the next
 login at once, and logins are few next to requests.
@@ -64,7 +66,9 @@ class FileCredentials:
     async def all(self) -> Credentials:
         return {user: decoded(settings) for user, settings in self._read().items()}
 
-    async def alter(self, changes: dict[str, Change]) -> None:
+    async def alter(self, changes: dict[str, Change]) -> dict[str, str]:
+        """All the changes, in one rewrite of the file (CredentialStoreError: none);
+        no user failed alone."""
         def rewrite(users: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
             for user, change in changes.items():
                 settings = apply(users.get(user, {}), change)
@@ -74,6 +78,7 @@ class FileCredentials:
                     users.pop(user, None)
             return users
         await asyncio.to_thread(self._locked_rewrite, rewrite)
+        return {}
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:

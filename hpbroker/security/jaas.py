@@ -37,8 +37,9 @@ def parse(text: str, key: str) -> JaasEntry:
     position = match.end()
     while position < len(text) and text[position] != ";":
         option = _OPTION.match(text, position)
-        if option is None:
-            raise ConfigError(f"{key}: cannot read the options from {text[position:position + 40]!r}")
+        if option is None:  # the text is not shown: it may hold passwords
+            after = f" after option {list(options)[-1]!r}" if options else ""
+            raise ConfigError(f"{key}: cannot read option {len(options) + 1}{after} (key=\"value\" expected)")
         name, quoted, bare = option.groups()
         options[name] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
         position = option.end()

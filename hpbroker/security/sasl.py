@@ -122,9 +122,10 @@ class SaslSession:
             return final
         except scram.ScramError as exc:
             user = self._scram.user if self._scram is not None else None
+            named = repr(user if user is None or len(user) <= 64 else user[:64] + "...")  # bounded in the log
             raise SaslFailure(ErrorCode.sasl_authentication_failed,
                               f"Authentication failed during authentication due to invalid credentials with SASL "
-                              f"mechanism {self.mechanism}", f"{self.mechanism} as {user!r}: {exc}") from None
+                              f"mechanism {self.mechanism}", f"{self.mechanism} as {named}: {exc}") from None
 
     def _done(self, user: str) -> bytes:
         self.principal = f"User:{user}"

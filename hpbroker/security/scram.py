@@ -190,12 +190,17 @@ class ScramClient:
         return f"n,,{self._first_bare}".encode()
 
     def final(self, server_first: bytes) -> bytes:
-        text = server_first.decode()
-        values = dict(_attributes(text))
-        nonce, salt, iterations = values.get("r", ""), values.get("s"), values.get("i", "")
-        if not nonce.startswith(self._nonce) or salt is None or not iterations.isdigit():
+        try:
+            text = server_first.decode()
+            values = dict(_attributes(text))
+            nonce, salt, iterations = values.get("r", ""), values.get("s", ""), values.get("i", "")
+            salt_bytes = base64.b64decode(salt, validate=True)
+        except (UnicodeDecodeError, ValueError):
+            raise ScramError("the server-first message is malformed") from None
+        if not nonce.startswith(self._nonce) or not iterations.isdigit() or \
+                not MIN_ITERATIONS <= int(iterations) <= MAX_ITERATIONS:
             raise ScramError(f"unexpected server-first message {text[:80]!r}")
-        salted = salted_password(self.mechanism, self.password, base64.b64decode(salt), int(iterations))
+        salted = salted_password(self.mechanism, self.password, salt_bytes, int(iterations))
         without_proof = f"c=biws,r={nonce}"
         auth_message = f"{self._first_bare},{text},{without_proof}".encode()
         client_key = _hmac(self.digest, salted, b"Client Key")
@@ -206,5 +211,9 @@ class ScramClient:
 
     def check(self, server_final: bytes) -> None:
         text = server_final.decode(errors="replace")
-        if not text.startswith("v=") or not hmac.compare_digest(base64.b64decode(text[2:]), self._server_signature):
+        try:
+            signature = base64.b64decode(text[2:], validate=True) if text.startswith("v=") else b""
+        except ValueError:
+            signature = b""
+        if not self._server_signature or not hmac.compare_digest(signature, self._server_signature):
             raise ScramError(f"the server's signature does not match ({text[:80]!r})")

@@ -56,6 +56,11 @@ BROKER_KEYS = {
     # mechanism that needs nothing but the listener's JAAS entry
     "sasl.enabled.mechanisms": (str, "PLAIN"),
     "sasl.mechanism.inter.broker.protocol": (str, "PLAIN"),
+    # Kafka's default is PLAINTEXT; here the brokers meet on the one listener, so it may only name its protocol
+    "security.inter.broker.protocol": (str, None),
+    "sasl.server.max.receive.size": (int, 524288),  # the largest frame before the login
+    "connection.failed.authentication.delay.ms": (int, 100),
+    "connections.max.reauth.ms": (int, 0),  # re-authentication (KIP-368) is not served: only 0
     "log.dirs": (str, None),
     "log.dir": (str, "/tmp/kafka-logs"),
     "broker.id": (int, 0),
@@ -153,15 +158,19 @@ def read_properties_file(path: str) -> dict[str, str]:
             lines = f.read().splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    carried = ""
-    for number, raw in enumerate(lines, 1):
-        line = carried + raw.strip() if carried else raw.strip()
-        if not carried and (not line or line[0] in "#!"):
+    number = 0
+    while number < len(lines):
+        first, raw = number + 1, lines[number]
+        number += 1
+        line = raw.lstrip()
+        if not line or line[0] in "#!":
             continue
-        if (len(line) - len(line.rstrip("\\"))) % 2:  # an odd count of trailing backslashes: continued
-            carried = line[:-1]
-            continue
-        carried = ""
+        while _continued(line) and number < len(lines):
+            line = line[:-1] + lines[number].lstrip()
+            number += 1
+        if _continued(line):  # the file ends on a continued line: what it holds still counts, as in Java
+            line = line[:-1]
+        line = line.strip()
         for i, ch in enumerate(line):
             if ch in "=: \t":
                 key, value = line[:i].strip(), line[i + 1 :].strip()
@@ -169,9 +178,15 @@ def read_properties_file(path: str) -> dict[str, str]:
         else:
             key, value = line, ""
         if not key:
-            raise ConfigError(f"{path}:{number}: no key in {raw!r}")
+            raise ConfigError(f"{path}:{first}: no key in {raw!r}")
         props[key] = value
     return props
+
+
+def _continued(line: str) -> bool:
+    r"""An odd count of backslashes ends the line (``\\`` is a backslash, and
+    ``\ `` with a space after it ends nothing)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
@@ -256,10 +271,17 @@ class BrokerConfig:
     @functools.cached_property
     def security(self) -> settings.ListenerSecurity:
         """The listener's security protocol and, for SASL, its mechanisms and users."""
-        return settings.read(self.props, self.listener.name, self.values["listener.security.protocol.map"],
-                             self.values["sasl.enabled.mechanisms"],
-                             self.values["sasl.mechanism.inter.broker.protocol"],
-                             clustered=bool(self.values["zookeeper.connect"]))
+        security = settings.read(self.props, self.listener.name, self.values["listener.security.protocol.map"],
+                                 self.values["sasl.enabled.mechanisms"],
+                                 self.values["sasl.mechanism.inter.broker.protocol"],
+                                 clustered=bool(self.values["zookeeper.connect"]))
+        inter_broker = self.values["security.inter.broker.protocol"]
+        if inter_broker is not None and inter_broker.strip().upper() != security.protocol:
+            raise ConfigError(f"security.inter.broker.protocol={inter_broker}: the brokers meet on the one listener, "
+                              f"{security.listener} ({security.protocol})")
+        if self.values["connections.max.reauth.ms"] != 0:
+            raise ConfigError("connections.max.reauth.ms: re-authentication is not supported (only 0)")
+        return security
 
     @property
     def advertised(self) -> Listener:

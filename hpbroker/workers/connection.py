@@ -43,7 +43,7 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
-from hpbroker.security.sasl import ALLOWED_BEFORE, SESSION, SaslFailure, SaslSession, Stage
+from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, SaslFailure, SaslSession, Stage
 from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
@@ -98,6 +98,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                                     gathering)
         self.source = partition_moves.connection_source()  # who appends, to the partitions' owners
         self.reader = FrameReader(ctx.config["socket.request.max.bytes"])
+        if sasl is not None:  # until the login, a frame is a login's: small (Kafka's CVE-2022-34917 fix)
+            self.reader.max_frame_bytes = min(self.reader.max_frame_bytes, ctx.config["sasl.server.max.receive.size"])
         self.queue: asyncio.Queue = asyncio.Queue()
         self.queued_bytes = 0  # of the frames in ``queue``
         self.transport = cast(asyncio.Transport, None)  # set by connection_made, before anything else runs
@@ -155,7 +157,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             frames = self.reader.buffer_updated(nbytes)
         except FrameTooLarge as exc:
-            self._drop(f"request of {exc.size} bytes exceeds socket.request.max.bytes={exc.limit}")
+            self._drop(f"request of {exc.size} bytes exceeds {self._limit_key()}={exc.limit}")
             return
         handled_here = False
         for frame in frames:
@@ -169,7 +171,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self.queued_bytes += len(frame)
         failed = self.reader.failed  # after whole requests, in the same read
         if failed is not None and not self.closing:
-            self._drop(f"request of {failed.size} bytes exceeds socket.request.max.bytes={failed.limit}")
+            self._drop(f"request of {failed.size} bytes exceeds {self._limit_key()}={failed.limit}")
             return
         if self.move is not None and not self.closing:
             self._hold_to_move()
@@ -178,6 +180,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if (self.queue.qsize() >= _MAX_QUEUED or self.queued_bytes >= _MAX_QUEUED_BYTES) and not self.paused:
             self.paused = True
             self.transport.pause_reading()
+
+    def _limit_key(self) -> str:
+        """The setting that bounds this connection's frames now."""
+        if self.sasl is not None and not self.sasl.authenticated:
+            return "sasl.server.max.receive.size"
+        return "socket.request.max.bytes"
+
+    def _logged_in(self) -> None:
+        """The login succeeded: requests may be as large as any client's."""
+        session = cast(SaslSession, self.sasl)
+        log.info("%s logged in from %s with %s", session.principal, self.peer, session.mechanism)
+        self.reader.max_frame_bytes = self.ctx.config["socket.request.max.bytes"]
 
     def _hold_to_move(self) -> None:
         """A connection whose requests go to another worker moves only between
@@ -505,6 +519,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except CloseConnection as exc:
             self._drop(str(exc))
             return None
+        if header.api_key == SASL_AUTHENTICATE and session is not None and session.authenticated:
+            self._logged_in()
         if isinstance(response, Later):
             task: list[asyncio.Task] = []
             mirrored = request if response.request is None else response.request
@@ -523,10 +539,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             token = await session.authenticate(bytes(frame))
         except SaslFailure as exc:
+            await asyncio.sleep(self.ctx.config["connection.failed.authentication.delay.ms"] / 1000)
             self._drop(f"failed login: {exc.detail}")
             return None
         if session.authenticated:
-            log.info("%s logged in from %s with %s", session.principal, self.peer, session.mechanism)
+            self._logged_in()
         return [struct.pack(">i", len(token)) + token]
 
     def _cork(self, pieces) -> bool:

@@ -23,10 +23,16 @@ class ZooKeeperCredentials:
     async def all(self) -> Credentials:
         return {user: decoded(settings) for user, settings in (await self._call(self.admin.user_configs())).items()}
 
-    async def alter(self, changes: dict[str, Change]) -> None:
+    async def alter(self, changes: dict[str, Change]) -> dict[str, str]:
+        """Each user's znode is written on its own: the users whose write failed, and why."""
+        failed = {}
         for user, change in changes.items():
-            await self._call(self.admin.change_user_config(
-                user, lambda current, change=change: apply(current, change)))
+            try:
+                await self._call(self.admin.change_user_config(
+                    user, lambda current, change=change: apply(current, change)))
+            except CredentialStoreError as exc:
+                failed[user] = str(exc)
+        return failed
 
     @staticmethod
     async def _call(work):

@@ -232,6 +232,26 @@ def test_only_api_versions_is_answered_before_the_login(broker):
     assert "before the SASL login" in broker.log_text()
 
 
+def test_before_the_login_a_frame_is_small_and_a_refusal_slow(broker):
+    """Kafka's sasl.server.max.receive.size (512 KiB): a stranger cannot make a
+    worker hold socket.request.max.bytes for it; and each refused password
+    waits connection.failed.authentication.delay.ms (100 ms) for its answer.
+    Once logged in, a request may be as large as any."""
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        s.sendall(struct.pack(">i", 600 * 1024) + b"\x00" * 64)  # a frame over the limit, announced
+        assert closed(s)
+    assert "exceeds sasl.server.max.receive.size=524288" in broker.log_text()
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        started = time.monotonic()
+        assert not plain_login(s, "alice", "wrong")
+        assert time.monotonic() - started >= 0.1
+    topic = topic_name("sasl-large")
+    producer = ck.Producer({**ck_conf(broker.bootstrap, "PLAIN", *LOGINS["PLAIN"]), "message.max.bytes": 2_000_000})
+    producer.produce(topic, b"x" * 900_000, partition=0)
+    assert producer.flush(30) == 0
+    assert stored(broker.bootstrap, topic, [0]) == [b"x" * 900_000]
+
+
 def test_a_v0_handshake_takes_bare_tokens(broker):
     with socket.create_connection((broker.host, broker.port), timeout=10) as s:
         s.sendall(frame(17, 0, string(b"PLAIN")))
@@ -373,7 +393,7 @@ def hpbroker(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_hpbroker_users_sets_lists_and_deletes_credentials(broker):
+def test_hpbroker_users_sets_lists_and_deletes_credentials(broker, tmp_path):
     login = ["--bootstrap-server", broker.bootstrap, "--command-config", "security.protocol=SASL_PLAINTEXT",
              "--command-config", "sasl.mechanism=PLAIN", "--command-config", "sasl.username=admin",
              "--command-config", "sasl.password=admin-secret"]
@@ -395,6 +415,12 @@ def test_hpbroker_users_sets_lists_and_deletes_credentials(broker):
     assert len(gone.stderr.strip().splitlines()) == 1
     bad = hpbroker("users", "set-password", "eve", "--iterations", "100", *login, stdin="x\n")
     assert bad.returncode == 1 and "4096-16384" in bad.stderr and "Traceback" not in bad.stderr
+
+    properties = tmp_path / "client.properties"  # the password off the command line, as Kafka's tools take it
+    properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=admin\n"
+                          "sasl.password=admin-secret\n")
+    from_file = hpbroker("users", "list", "--bootstrap-server", broker.bootstrap, "--command-config", str(properties))
+    assert from_file.returncode == 0 and from_file.stdout.split()[:3] == ["USER", "MECHANISM", "ITERATIONS"]
 
     refused = hpbroker("users", "list", *login[:-1], "sasl.password=wrong", "--timeout", "5")
     assert refused.returncode == 1 and "refused the login" in refused.stderr and "Traceback" not in refused.stderr

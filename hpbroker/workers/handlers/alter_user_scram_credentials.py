@@ -61,7 +61,8 @@ async def handle(ctx, header, request):
                 if user not in errors and any(name not in stored.get(user, {}) for name in mechanisms):
                     errors[user] = (ErrorCode.resource_not_found,
                                     "Attempt to delete a user credential that does not exist")
-        await ctx.credentials.alter({user: change for user, change in changes.items() if user not in errors})
+        failed = await ctx.credentials.alter({user: change for user, change in changes.items() if user not in errors})
+        errors.update((user, (ErrorCode.kafka_storage_error, why)) for user, why in failed.items())
     except CredentialStoreError as exc:
         for user in order:
             errors.setdefault(user, (ErrorCode.kafka_storage_error, str(exc)))

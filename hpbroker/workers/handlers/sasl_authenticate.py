@@ -1,7 +1,9 @@
 """SaslAuthenticate (36): one token of the mechanism's exchange each way.  A
-failed login is answered with its reason (SASL_AUTHENTICATION_FAILED) and the
-connection then closes (``security/sasl.py``)."""
+failed login is answered with its reason (SASL_AUTHENTICATION_FAILED), after
+``connection.failed.authentication.delay.ms``, and the connection then closes
+(``security/sasl.py``); the connection logs a login that succeeds."""
 
+import asyncio
 import logging
 
 from hpbroker.errors import ErrorCode
@@ -12,7 +14,7 @@ from hpbroker.workers.kio_build import make, response_module
 
 API_KEY = 36
 log = logging.getLogger(__name__)
-# a client with a wrong password retries at once, over and over: once a minute per host and reason
+# a client with a wrong password retries over and over: once a minute per client host
 _failures = Throttled(log)
 
 
@@ -25,9 +27,9 @@ async def handle(ctx, header, request):
     try:
         token = await session.authenticate(request.auth_bytes)
     except sasl.SaslFailure as exc:
-        _failures.log(logging.WARNING, (CLIENT_HOST.get(), exc.detail), "failed login from %s (client %r): %s",
-                      CLIENT_HOST.get(), header.client_id, exc.detail)
+        _failures.log(logging.WARNING, CLIENT_HOST.get(), "failed login from %s (client %r): %s",
+                      CLIENT_HOST.get(), header.client_id[:64] if header.client_id else None, exc.detail)
+        # Kafka's connection.failed.authentication.delay.ms: a password guesser waits for each answer
+        await asyncio.sleep(ctx.config["connection.failed.authentication.delay.ms"] / 1000)
         return make(m.SaslAuthenticateResponse, error_code=exc.code, error_message=str(exc), auth_bytes=b"")
-    if session.authenticated:
-        log.info("%s logged in from %s with %s", session.principal, CLIENT_HOST.get(), session.mechanism)
     return make(m.SaslAuthenticateResponse, error_code=ErrorCode.none, error_message=None, auth_bytes=token)
