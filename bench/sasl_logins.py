@@ -33,22 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka.admin import (  # noqa: E402
-    AdminClient,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialAlteration,
-    UserScramCredentialUpsertion,
-)
-
 from harness.broker import Broker, plain_login  # noqa: E402
+from harness.sasl import ADMIN, add_scram_user, settings  # noqa: E402
 from hpbroker.security import scram  # noqa: E402
 
-ADMIN = ("admin", "admin-secret")
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-        'password="admin-secret" user_admin="admin-secret";')
-SASL = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS, "num.workers": "2"}
+SASL = {**settings(), "num.workers": "2"}
 IDLE_S = 3.0
 
 
@@ -108,14 +97,8 @@ def main() -> int:
         sasl = Broker(Path(tmp) / "sasl", overrides=SASL, login=ADMIN).start()
         plaintext = Broker(Path(tmp) / "plain", overrides={"num.workers": "2"}).start()
         try:
-            admin = AdminClient({"bootstrap.servers": sasl.bootstrap, "security.protocol": "SASL_PLAINTEXT",
-                                 "sasl.mechanism": "PLAIN", "sasl.username": ADMIN[0], "sasl.password": ADMIN[1]})
-            changes: list[UserScramCredentialAlteration] = [
-                UserScramCredentialUpsertion("bench", ScramCredentialInfo(mechanism, 4096), b"bench-secret")
-                for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-            for future in admin.alter_user_scram_credentials(changes).values():
-                future.result(30)
-            del admin  # no client of its own left to reconnect when the brokers stop
+            add_scram_user(sasl.bootstrap, "bench", {"SCRAM-SHA-256": (b"bench-secret", 4096),
+                                                     "SCRAM-SHA-512": (b"bench-secret", 4096)})
             idle = {sasl: _idle(sasl), plaintext: _idle(plaintext)}
             rows = []
 

@@ -23,15 +23,9 @@ import confluent_kafka as ck
 import kafka
 import kafka.errors
 import pytest
-from confluent_kafka.admin import (
-    AdminClient,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialAlteration,
-    UserScramCredentialUpsertion,
-)
 
 from harness.broker import REPO, Broker, plain_login
+from harness.sasl import ADMIN, add_scram_user, ck_conf, settings as sasl_settings
 from harness.waiting import wait_for
 from hpbroker.security import scram
 from tests.integration import node as nodejs
@@ -39,19 +33,9 @@ from tests.integration.clients import ck_consume, topic_name
 from tests.integration.test_kafkajs import KAFKAJS
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
-ADMIN = ("admin", "admin-secret")
-JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-SETTINGS = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "num.partitions": "2", "group.initial.rebalance.delay.ms": "0",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}
+SETTINGS = {**sasl_settings(alice="alice-secret"), "num.partitions": "2", "group.initial.rebalance.delay.ms": "0"}
 LOGINS = {"PLAIN": ("alice", "alice-secret"), "SCRAM-SHA-256": ("carol", "carol-256"),
           "SCRAM-SHA-512": ("carol", "carol-512")}
-
-
-def ck_conf(bootstrap: str, mechanism: str, user: str, password: str) -> dict:
-    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
-            "sasl.username": user, "sasl.password": password}
 
 
 def kp_conf(mechanism: str, user: str, password: str) -> dict:
@@ -60,12 +44,7 @@ def kp_conf(mechanism: str, user: str, password: str) -> dict:
 
 
 def add_scram_users(bootstrap: str) -> None:
-    admin = AdminClient(ck_conf(bootstrap, "PLAIN", *ADMIN))
-    changes: list[UserScramCredentialAlteration] = [
-        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-256"),
-        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"carol-512")]
-    for future in admin.alter_user_scram_credentials(changes).values():
-        assert future.result(30) is None
+    add_scram_user(bootstrap, "carol", {"SCRAM-SHA-256": (b"carol-256", 4096), "SCRAM-SHA-512": (b"carol-512", 8192)})
 
 
 def start(broker_factory, **kw) -> Broker:
