@@ -5,8 +5,8 @@
 * ``plain``: the PLAIN mechanism (RFC 4616), checked against those users.
 * ``scram``: SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802 / 7677), the credential
   format Kafka stores, and both sides of the exchange.
-* ``credentials``: where SCRAM credentials live: ZooKeeper's
-  ``/config/users/<name>`` in a cluster, a file in the first log dir standalone.
+* ``credentials``: SCRAM credentials standalone, a file in the first log dir
+  (a cluster's are ZooKeeper's: ``workers/zookeeper_credentials.py``).
 * ``sasl``: one connection's authentication, from SaslHandshake to a
   principal (``User:<name>``).
 * ``login``: the client side, for the connections one broker opens to another.

@@ -73,8 +73,6 @@ class SaslSession:
             return ErrorCode.illegal_sasl_state
         if mechanism not in self.security.mechanisms:
             self.stage = Stage.FAILED
-            log.warning("SASL mechanism %r asked for; this listener has %s", mechanism,
-                        ", ".join(self.security.mechanisms))
             return ErrorCode.unsupported_sasl_mechanism
         self.mechanism = mechanism
         self.stage = Stage.TOKENS if version >= 1 else Stage.RAW_TOKENS
