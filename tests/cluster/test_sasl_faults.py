@@ -8,8 +8,9 @@ again after each fault.
 
 The faults: a leader cut off from ZooKeeper alone; a broker cut off from its
 peers only; a broker cut off from everything; a broker paused past its
-session; ZooKeeper killed and restarted; a follower killed, its disk wiped,
-and started again."""
+session; ZooKeeper killed and restarted, with a producer that starts (and so
+logs in) while it is down; a follower killed, its disk wiped, and started
+again."""
 
 import time
 
@@ -38,6 +39,7 @@ def test_logged_in_clients_and_brokers_lose_nothing_through_every_fault(netlab, 
             producers = ProducerHistory(cluster.bootstrap, TOPIC, producers=2, partitions=PARTITIONS, rate=100,
                                         config=scram)
             consumer = ConsumerHistory(cluster.bootstrap, TOPIC, PARTITIONS, config=scram)
+        histories = [producers]
 
         def recovered(what: str) -> None:
             cluster.lab.heal()
@@ -84,6 +86,11 @@ def test_logged_in_clients_and_brokers_lose_nothing_through_every_fault(netlab, 
 
             cluster.zk_kill()
             wait_for(producers.progressed(200), WAIT_S, "writes while ZooKeeper is down")
+            with cluster.inside_client():  # new connections, new logins: the credentials read before serve
+                latecomer = ProducerHistory(cluster.bootstrap, TOPIC, producers=1, partitions=PARTITIONS, rate=100,
+                                            config=scram, name="late")
+            histories.append(latecomer)
+            wait_for(latecomer.progressed(100), WAIT_S, "a producer started during the outage to log in and write")
             cluster.zk_start()
             recovered("ZooKeeper came back")
 
@@ -93,12 +100,15 @@ def test_logged_in_clients_and_brokers_lose_nothing_through_every_fault(netlab, 
             cluster.start(wiped)
             recovered(f"broker {wiped} came back with an empty disk")
         finally:
-            producers.stop()
+            for history in histories:
+                history.stop()
             consumer.stop()
         final = read_everything(cluster.bootstrap, TOPIC, PARTITIONS, netns=cluster.client.netns, config=scram)
-        report = check(producers, final, consumer)
+        report = check(histories, final, consumer)
         assert report.valid, report.summary() + "\n" + cluster.logs()
         assert report.acked >= 1500
-        assert "SASL login refused" not in "".join(b.log_text() for b in cluster.brokers.values())
+        logs = "".join(b.log_text() for b in cluster.brokers.values())
+        assert "SASL login refused" not in logs
+        assert "its login uses the credential read last" in logs  # the latecomer's, during the outage
     finally:
         cluster.close()
