@@ -162,6 +162,13 @@ class Cluster:
         seen: list[str] = []
 
         def full():
+            try:
+                return in_sync()
+            except (SessionExpiredError, ConnectionLoss):  # ours, while ZooKeeper restarts: asked again
+                seen[:] = ["ZooKeeper did not answer the test's own session"]
+                return False
+
+        def in_sync():
             live = self.registered()
             assignment = znodes.TopicAssignment.decode(topic, self.zk.get(znodes.topic_path(topic))[0])
             behind = []

@@ -139,6 +139,10 @@ def test_zookeeper_restarted_under_load_loses_nothing(cluster, zookeeper):
         wait_for(producing.progressed(200), 60, "the producer to get going")
         zookeeper.restart()
         wait_for(producing.progressed(300), 60, "writes to carry on across the ZooKeeper restart")
+        # A restart slower than the session timeout (a loaded host) expires the
+        # brokers' sessions: they come back as new incarnations, out of the ISRs
+        # until they have fetched again.  Only then can a killed leader be replaced.
+        cluster.wait_in_sync(topic, 3)
         # the cluster still acts on failures: a leader killed now is replaced
         leader = cluster.leader_of(topic, 0)
         cluster.kill(leader)
