@@ -29,7 +29,7 @@ from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, 
 from hpbroker.protocol.header import skip_tagged_fields
 from hpbroker.protocol.schemas import request_type, response_header_version
 from hpbroker.security.login import LoginFailed, log_in_blocking
-from hpbroker.security.settings import Login
+from hpbroker.security.settings import MECHANISMS, PLAINTEXT, SASL_PLAINTEXT, SUPPORTED_PROTOCOLS, Login
 
 CLIENT_ID = "hpbroker-cli"
 API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
@@ -158,16 +158,15 @@ class Connection:
 
 def login_of(settings: dict[str, str]) -> Login | None:
     """The SASL login ``--command-config`` asks for, as librdkafka reads its keys (None: plain TCP)."""
-    protocol = settings.get("security.protocol", "plaintext").upper()
-    if protocol == "PLAINTEXT":
+    protocol = settings.get("security.protocol", PLAINTEXT).upper()
+    if protocol == PLAINTEXT:
         return None
-    if protocol != "SASL_PLAINTEXT":
-        raise CliError(f"security.protocol={protocol} is not supported by this command (PLAINTEXT and "
-                       f"SASL_PLAINTEXT are)")
+    if protocol != SASL_PLAINTEXT:
+        raise CliError(f"security.protocol={protocol} is not supported by this command "
+                       f"({' and '.join(SUPPORTED_PROTOCOLS)} are)")
     mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "GSSAPI")).upper()
-    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        raise CliError(f"sasl.mechanism={mechanism} is not supported by this command (PLAIN, SCRAM-SHA-256 and "
-                       f"SCRAM-SHA-512 are)")
+    if mechanism not in MECHANISMS:
+        raise CliError(f"sasl.mechanism={mechanism} is not supported by this command ({', '.join(MECHANISMS)} are)")
     return Login(mechanism, settings.get("sasl.username", ""), settings.get("sasl.password", ""))
 
 

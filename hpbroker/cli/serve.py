@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from hpbroker.acceptor.supervisor import BrokerStartError, Supervisor
-    from hpbroker.server.config import BrokerConfig, parse_overrides, read_properties_file
+    from hpbroker.server.config import BrokerConfig, parse_listener, parse_overrides, read_properties_file
 
     logging_setup.setup(args.log_level, args.log_format)
 
@@ -42,7 +42,7 @@ def run(args) -> int:
         if args.listen:  # the listener's name (so its security protocol) stays the one configured
             named = overrides.get("listeners") or (read_properties_file(args.config).get("listeners", "")
                                                    if args.config else "")
-            name = named.split(",")[0].partition("://")[0].strip() if "://" in named else "PLAINTEXT"
+            name = parse_listener(named).name if named else "PLAINTEXT"
             overrides["listeners"] = f"{name}://{args.listen}"
         config = BrokerConfig.from_sources(file=args.config, overrides=overrides)
         if "log.dirs" not in config.props and "log.dir" not in config.props:

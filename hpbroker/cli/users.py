@@ -17,6 +17,7 @@ from confluent_kafka.admin import (
 
 from hpbroker.cli import output
 from hpbroker.cli.connection import CliError, add_connection_args, connect, error_text, guarded
+from hpbroker.security import scram
 
 PREFIX = "hpbroker users"
 MECHANISMS = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
@@ -36,7 +37,8 @@ def add_parser(sub) -> None:
     p.add_argument("user", metavar="USER")
     _mechanism_arg(p)
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
-                   help=f"PBKDF2 iterations, 4096-16384 (default {DEFAULT_ITERATIONS})")
+                   help=f"PBKDF2 iterations, {scram.MIN_ITERATIONS}-{scram.MAX_ITERATIONS} "
+                        f"(default {DEFAULT_ITERATIONS})")
     add_connection_args(p, json_flag=False)
     p.set_defaults(run=run, action_fn=set_password)
 
@@ -101,8 +103,9 @@ def _altered(admin, changes, args, user: str, what: str) -> int:
 
 
 def set_password(args, admin) -> int:
-    if not 4096 <= args.iterations <= 16384:
-        raise CliError(f"--iterations {args.iterations}: Kafka's bounds are 4096-16384")
+    if not scram.MIN_ITERATIONS <= args.iterations <= scram.MAX_ITERATIONS:
+        raise CliError(f"--iterations {args.iterations}: Kafka's bounds are {scram.MIN_ITERATIONS}-"
+                       f"{scram.MAX_ITERATIONS}")
     password = _password().encode()
     mechanisms = args.mechanism or sorted(MECHANISMS)
     changes = [UserScramCredentialUpsertion(args.user, ScramCredentialInfo(MECHANISMS[m], args.iterations), password)

@@ -175,7 +175,7 @@ class ClusterAdmin:
     async def user_config(self, user: str) -> dict[str, str]:
         """The user's settings (``/config/users/<user>``); empty when none."""
         data, _stat = await self._bounded(f"the config of user {user!r}", self._read(znodes.user_config_path(user)))
-        return znodes.decode_user_config(user, data) if data else {}
+        return znodes.decode_user_config(user, data)
 
     async def user_configs(self) -> dict[str, dict[str, str]]:
         """Every user's settings."""
@@ -190,7 +190,7 @@ class ClusterAdmin:
         found = {}
         for user, (data, _stat) in zip(users, reads):
             try:
-                found[user] = znodes.decode_user_config(user, data) if data else {}
+                found[user] = znodes.decode_user_config(user, data)
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring user %s: %s", user, exc)
         return found
@@ -198,7 +198,7 @@ class ClusterAdmin:
     async def change_user_config(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> None:
         """Write ``change(settings)`` over the user's settings as ZooKeeper holds them now."""
         async def decide(data):
-            return Write(znodes.encode_user_config(change(znodes.decode_user_config(user, data) if data else {})))
+            return Write(znodes.encode_user_config(change(znodes.decode_user_config(user, data))))
         await self.compare_and_set(znodes.user_config_path(user), decide, f"the config of user {user!r}")
 
     # --- reassignments and elections ------------------------------------------------------------------

@@ -283,8 +283,9 @@ def encode_user_config(config: Mapping[str, object]) -> bytes:
     return encode_topic_config(config)  # the same shape: {"version": 1, "config": {...}}
 
 
-def decode_user_config(user: str, data: bytes) -> dict[str, str]:
-    return _decode_config(user_config_path(user), data)
+def decode_user_config(user: str, data: bytes | None) -> dict[str, str]:
+    """The user's settings; none when its znode is absent or empty."""
+    return _decode_config(user_config_path(user), data) if data else {}
 
 
 # --- /isr_change_notification/isr_change_<seq> ------------------------------------------

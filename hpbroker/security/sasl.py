@@ -14,6 +14,7 @@ Once authenticated the connection's principal is ``User:<name>``.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from enum import Enum
@@ -48,9 +49,11 @@ class SaslFailure(Exception):
 
 
 class SaslSession:
-    def __init__(self, security: ListenerSecurity, credentials):
+    def __init__(self, security: ListenerSecurity, credentials, failure_delay_s: float = 0.0):
         self.security = security
         self.credentials = credentials  # credentials.FileCredentials or ZooKeeperCredentials
+        # Kafka's connection.failed.authentication.delay.ms: a password guesser waits for each refusal
+        self.failure_delay_s = failure_delay_s
         self.stage = Stage.HANDSHAKE
         self.mechanism: str | None = None
         self.principal: str | None = None
@@ -80,7 +83,7 @@ class SaslSession:
 
     async def authenticate(self, token: bytes) -> bytes:
         """The mechanism's next token for the client; SaslFailure ends the login
-        (the session is then FAILED)."""
+        (the session is then FAILED), raised after ``failure_delay_s``."""
         try:
             if self.stage not in (Stage.TOKENS, Stage.RAW_TOKENS):
                 raise SaslFailure(ErrorCode.illegal_sasl_state,
@@ -91,6 +94,7 @@ class SaslSession:
             return await self._scram_token(token)
         except SaslFailure:
             self.stage = Stage.FAILED
+            await asyncio.sleep(self.failure_delay_s)
             raise
 
     def _plain(self, token: bytes) -> str:

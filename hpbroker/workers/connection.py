@@ -538,8 +538,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         when the login fails, by closing the connection."""
         try:
             token = await session.authenticate(bytes(frame))
-        except SaslFailure as exc:
-            await asyncio.sleep(self.ctx.config["connection.failed.authentication.delay.ms"] / 1000)
+        except SaslFailure as exc:  # raised after the failure delay
             self._drop(f"failed login: {exc.detail}")
             return None
         if session.authenticated:

@@ -313,7 +313,8 @@ class Worker:
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
         security = self.config.security
         # a logged-in connection stays where it logged in: its next worker would not know its principal
-        session = SaslSession(security, self.ctx.credentials) if security.sasl else None
+        delay_s = self.config["connection.failed.authentication.delay.ms"] / 1000
+        session = SaslSession(security, self.ctx.credentials, delay_s) if security.sasl else None
         connection = KafkaConnection(self.ctx, ROUTES, self._closed,
                                      self._move if self.workers > 1 and session is None else None, self.gathering,
                                      sasl=session)

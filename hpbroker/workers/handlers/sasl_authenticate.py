@@ -1,9 +1,9 @@
 """SaslAuthenticate (36): one token of the mechanism's exchange each way.  A
 failed login is answered with its reason (SASL_AUTHENTICATION_FAILED), after
-``connection.failed.authentication.delay.ms``, and the connection then closes
-(``security/sasl.py``); the connection logs a login that succeeds."""
+``connection.failed.authentication.delay.ms`` (the session waits it out), and
+the connection then closes (``security/sasl.py``); the connection logs a
+login that succeeds."""
 
-import asyncio
 import logging
 
 from hpbroker.errors import ErrorCode
@@ -29,7 +29,5 @@ async def handle(ctx, header, request):
     except sasl.SaslFailure as exc:
         _failures.log(logging.WARNING, CLIENT_HOST.get(), "failed login from %s (client %r): %s",
                       CLIENT_HOST.get(), header.client_id[:64] if header.client_id else None, exc.detail)
-        # Kafka's connection.failed.authentication.delay.ms: a password guesser waits for each answer
-        await asyncio.sleep(ctx.config["connection.failed.authentication.delay.ms"] / 1000)
         return make(m.SaslAuthenticateResponse, error_code=exc.code, error_message=str(exc), auth_bytes=b"")
     return make(m.SaslAuthenticateResponse, error_code=ErrorCode.none, error_message=None, auth_bytes=token)
