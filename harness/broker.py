@@ -12,6 +12,7 @@ import re
 import resource
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -68,14 +69,16 @@ def plain_login(s: socket.socket, user: str, password: str) -> bool:
     return struct.unpack_from(">h", answer)[0] == 0
 
 
-def metadata_ping(host: str, port: int, timeout: float = 2.0, login: tuple[str, str] | None = None) -> bool:
-    """One Metadata v0 request (all topics) on a fresh connection (logged in
-    first with ``login``'s user and password, PLAIN, on a SASL listener); True
-    when the answer is well formed and advertises ``port`` (among a cluster's
-    brokers)."""
+def metadata_ping(host: str, port: int, timeout: float = 2.0, login: tuple[str, str] | None = None,
+                  tls: ssl.SSLContext | None = None) -> bool:
+    """One Metadata v0 request (all topics) on a fresh connection (over TLS
+    with ``tls``, logged in first with ``login``'s user and password, PLAIN, on
+    a SASL listener); True when the answer is well formed and advertises
+    ``port`` (among a cluster's brokers)."""
     body = struct.pack(">hhih", 3, 0, 7, 4) + b"ping" + struct.pack(">i", 0)
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as plain:
+            s = plain if tls is None else tls.wrap_socket(plain, server_hostname=host)
             if login is not None and not plain_login(s, *login):
                 return False
             s.sendall(struct.pack(">i", len(body)) + body)
@@ -170,7 +173,8 @@ class Broker:
 
     def __init__(self, data_dir, log_path=None, overrides: dict | None = None, port: int | None = None,
                  num_workers: int | None = None, nofile: int | None = None, host: str | None = None,
-                 netns: str | None = None, login: tuple[str, str] | None = None, config=None):
+                 netns: str | None = None, login: tuple[str, str] | None = None, config=None,
+                 tls: ssl.SSLContext | None = None):
         """``host`` is the address to listen on and advertise (127.0.0.1 unless
         given); ``netns`` a network namespace (a name under /var/run/netns, such as
         a tests/cluster/netlab.py host's) to run the broker in, through
@@ -188,6 +192,7 @@ class Broker:
         self._log_file = None
         self.nofile = nofile  # soft and hard RLIMIT_NOFILE of the broker, if set
         self.login = login  # a PLAIN user and password, when the listener asks for a SASL login
+        self.tls = tls  # a client context trusting the broker's certificate, when the listener is TLS
         self.config = config  # a server.properties file (--config), read again on SIGHUP
 
     @property
@@ -242,7 +247,7 @@ class Broker:
     def _ready(self) -> bool:
         self.still_starting()
         with entered(self.netns):
-            return metadata_ping(self.host, self.port, timeout=1.0, login=self.login)
+            return metadata_ping(self.host, self.port, timeout=1.0, login=self.login, tls=self.tls)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, wait, and insist on a clean exit (code 0, clean-shutdown marker)."""

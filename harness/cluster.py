@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 from pathlib import Path
 
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
@@ -15,7 +16,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from harness.broker import Broker, children
 from harness.waiting import wait_for
 from hpbroker.cli.connection import CliError
-from hpbroker.cli.kafka_requests import Brokers
+from hpbroker.cli.kafka_requests import Brokers, ClientSecurity
 from hpbroker.cluster import session, znodes
 from hpbroker.security.settings import Login
 
@@ -39,12 +40,14 @@ WAIT_S = 60
 
 class Cluster:
     def __init__(self, connect: str, directory: Path, size: int, overrides: dict | None = None,
-                 login: tuple[str, str] | None = None):
+                 login: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None):
+        """``login`` (PLAIN) and ``tls`` (a client context) for a SASL or TLS listener."""
         self.connect = connect
-        self.login = Login("PLAIN", *login) if login else None
+        self.security = ClientSecurity(Login("PLAIN", *login) if login else None, tls)
         self.brokers = {
             i: Broker(Path(directory) / f"broker-{i}", overrides={
-                **FAST, "zookeeper.connect": connect, "broker.id": str(i), **(overrides or {})}, login=login)
+                **FAST, "zookeeper.connect": connect, "broker.id": str(i), **(overrides or {})}, login=login,
+                tls=tls)
             for i in range(1, size + 1)}
         self.zk = session.connect(connect, SESSION_MS, 10000)
 
@@ -140,7 +143,7 @@ class Cluster:
         """The leader of ``topic``-``partition`` in broker ``broker_id``'s Metadata
         answer (-1 for none), or None when it does not answer or name the partition."""
         try:
-            with Brokers(self.brokers[broker_id].bootstrap, 5, self.login) as brokers:
+            with Brokers(self.brokers[broker_id].bootstrap, 5, self.security) as brokers:
                 answer = brokers.metadata([topic])
         except CliError:
             return None

@@ -1,4 +1,4 @@
-"""A broker with a SASL_PLAINTEXT listener, for the tests and the benchmarks:
+"""A broker with a SASL listener, for the tests and the benchmarks:
 its settings (PLAIN's users in the listener's JAAS entry, every mechanism
 enabled), the admin's login, client settings for librdkafka, and SCRAM
 users made through AlterUserScramCredentials."""
@@ -14,13 +14,15 @@ from confluent_kafka.admin import (
 ADMIN = ("admin", "admin-secret")  # PLAIN; also what a test harness logs in as to see the broker is up
 
 
-def settings(**plain_users: str) -> dict[str, str]:
-    """A SASL listener with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; PLAIN's users are the admin and these."""
+def settings(listener: str = "SASL_PLAINTEXT", **plain_users: str) -> dict[str, str]:
+    """A SASL listener (SASL_PLAINTEXT, or SASL_SSL with ``harness.tls``'s
+    settings added) with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512; PLAIN's users
+    are the admin and these."""
     users = " ".join(f'user_{name}="{password}"' for name, password in {ADMIN[0]: ADMIN[1], **plain_users}.items())
     jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
             f'username="{ADMIN[0]}" password="{ADMIN[1]}" {users};')
-    return {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas}
+    return {"listeners": f"{listener}://127.0.0.1:0", "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f"listener.name.{listener.lower()}.plain.sasl.jaas.config": jaas}
 
 
 def ck_conf(bootstrap: str, mechanism: str, user: str, password: str) -> dict:
@@ -29,9 +31,11 @@ def ck_conf(bootstrap: str, mechanism: str, user: str, password: str) -> dict:
             "sasl.username": user, "sasl.password": password}
 
 
-def add_scram_user(bootstrap: str, user: str, passwords: dict[str, tuple[bytes, int]]) -> None:
-    """``user``'s credentials, mechanism -> (password, iterations), made by the admin."""
-    admin = AdminClient(ck_conf(bootstrap, "PLAIN", *ADMIN))
+def add_scram_user(bootstrap: str, user: str, passwords: dict[str, tuple[bytes, int]],
+                   tls: dict | None = None) -> None:
+    """``user``'s credentials, mechanism -> (password, iterations), made by the
+    admin (over TLS with ``tls``, librdkafka's settings for it)."""
+    admin = AdminClient({**ck_conf(bootstrap, "PLAIN", *ADMIN), **(tls or {})})
     mechanisms = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
     changes: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanisms[m], iterations), password)

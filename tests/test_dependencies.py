@@ -36,7 +36,7 @@ ALLOWED = {
     "protocol": set(),
     "records": {"kernels"},
     "replication": {"protocol", "storage", "records", "kernels", "security"},
-    # SASL: the mechanisms, the credential file, the listener's settings (storage: ConfigError)
+    # SASL and TLS: the mechanisms, the credential file, keystores, the listener's settings (storage: ConfigError)
     "security": {"storage"},
     "spark": {"storage", "kernels", "records"},
     "storage": {"kernels", "records"},

@@ -136,7 +136,7 @@ def test_a_sasl_listener_reads_kafka_settings(tmp_path):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"listeners": "SSL://127.0.0.1:1"}, "security protocol SSL is not supported"),
+    ({"listeners": "SSL://127.0.0.1:1"}, "listener SSL serves TLS: set ssl.keystore.location"),
     ({"listeners": "OTHER://127.0.0.1:1"}, "add OTHER:SASL_PLAINTEXT"),
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1"}, "set listener.name.sasl_plaintext.plain.sasl.jaas.config"),
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:1", "sasl.enabled.mechanisms": "GSSAPI"}, "GSSAPI is not supported"),

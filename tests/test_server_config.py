@@ -65,7 +65,7 @@ def test_listener_forms():
     for bad in ("h:port", "PLAINTEXT://h", "9X://h:1"):
         with pytest.raises(ConfigError):
             parse_listener(bad)
-    with pytest.raises(ConfigError, match="SSL is not supported"):
+    with pytest.raises(ConfigError, match="serves TLS: set ssl.keystore.location"):
         BrokerConfig.from_sources(overrides={"listeners": "SSL://h:1"})
 
 

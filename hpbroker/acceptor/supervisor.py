@@ -67,7 +67,8 @@ ACCEPT_BACKOFF_S = (0.05, 2.0)  # pause after accept() fails for want of descrip
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 STATUS_INTERVAL_S = 5.0
 # Settings that shape the process tree, the directories or what the listener is: a reload
-# cannot change them.  (A SASL listener's mechanisms and PLAIN users do change on reload.)
+# cannot change them.  (A SASL listener's mechanisms and PLAIN users, and a TLS listener's
+# keystore and truststore, do change on reload.)
 RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
                                "num.workers", "worker.cpu.affinity", "zookeeper.connect",
                                "socket.request.max.bytes", "listener.security.protocol.map"})

@@ -31,7 +31,8 @@ def add_connection_args(parser, json_flag: bool = True, json_help: str = "print 
     parser.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on the broker after this long (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--command-config", action="append", default=[], metavar="KEY=VALUE|FILE",
-                        help="extra librdkafka client setting, e.g. security.protocol=SASL_PLAINTEXT, or a "
+                        help="extra librdkafka client setting, e.g. security.protocol=SASL_SSL or "
+                             "ssl.ca.location=ca.pem, or a "
                              "properties file of them, as Kafka's tools take (keeps a password off the command "
                              "line; repeatable)")
     if json_flag:

@@ -5,9 +5,13 @@ blocking socket with the frames of ``protocol.client_codec`` (kio's classes).
 Every failure is a ``CliError`` naming the broker (``cannot reach``, ``no
 answer within``, ``does not support``), so a command built on this module
 reports one line and never a traceback.  These requests do not go through
-librdkafka, so of ``--command-config`` only the SASL login is read
-(``security.protocol=SASL_PLAINTEXT``, ``sasl.mechanism``, ``sasl.username``,
-``sasl.password``); TLS is refused with a line saying so.
+librdkafka, so of ``--command-config`` only the security settings are read,
+as librdkafka names them: ``security.protocol``, the SASL login
+(``sasl.mechanism``, ``sasl.username``, ``sasl.password``) and TLS
+(``ssl.ca.location`` or ``ssl.ca.pem``, ``ssl.certificate.location``,
+``ssl.key.location``, ``ssl.key.password``,
+``ssl.endpoint.identification.algorithm``,
+``enable.ssl.certificate.verification``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
+import os
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -29,7 +35,7 @@ from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, 
 from hpbroker.protocol.header import skip_tagged_fields
 from hpbroker.protocol.schemas import request_type, response_header_version
 from hpbroker.security.login import LoginFailed, log_in_blocking
-from hpbroker.security.settings import MECHANISMS, PLAINTEXT, SASL_PLAINTEXT, SUPPORTED_PROTOCOLS, Login
+from hpbroker.security.settings import MECHANISMS, PLAINTEXT, PROTOCOLS, SASL_SSL, SSL, Login
 
 CLIENT_ID = "hpbroker-cli"
 API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
@@ -79,15 +85,25 @@ class Connection:
     """One broker connection: ApiVersions first, so each request can be sent at
     a version both sides know, or refused with a readable line."""
 
-    def __init__(self, host: str, port: int, timeout_s: float, login: Login | None = None):
+    def __init__(self, host: str, port: int, timeout_s: float, security: ClientSecurity | None = None):
         self.where = f"{host}:{port}"
         self.timeout_s = timeout_s
         self._ids = itertools.count(1)
+        login, tls = (security.login, security.tls) if security is not None else (None, None)
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
             raise Unreachable(self.where, _reason(exc)) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                self._sock = tls.wrap_socket(self._sock, server_hostname=host)
+            except ssl.SSLError as exc:
+                self._sock.close()
+                raise CliError(f"TLS handshake with {self.where} failed: {_tls_reason(exc)}") from None
+            except OSError as exc:
+                self._sock.close()
+                raise CliError(f"TLS handshake with {self.where} failed ({_reason(exc)})") from None
         try:
             answer = self.request(request_module(API_VERSIONS, 0).ApiVersionsRequest())
         except CliError:
@@ -156,18 +172,56 @@ class Connection:
         self._sock.close()
 
 
-def login_of(settings: dict[str, str]) -> Login | None:
-    """The SASL login ``--command-config`` asks for, as librdkafka reads its keys (None: plain TCP)."""
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How this command's connections are made: over TLS, logged in (or neither)."""
+    login: Login | None = None
+    tls: ssl.SSLContext | None = None
+
+
+def security_of(settings: dict[str, str]) -> ClientSecurity:
+    """What ``--command-config`` asks for, as librdkafka reads its keys."""
     protocol = settings.get("security.protocol", PLAINTEXT).upper()
-    if protocol == PLAINTEXT:
-        return None
-    if protocol != SASL_PLAINTEXT:
-        raise CliError(f"security.protocol={protocol} is not supported by this command "
-                       f"({' and '.join(SUPPORTED_PROTOCOLS)} are)")
-    mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "GSSAPI")).upper()
-    if mechanism not in MECHANISMS:
-        raise CliError(f"sasl.mechanism={mechanism} is not supported by this command ({', '.join(MECHANISMS)} are)")
-    return Login(mechanism, settings.get("sasl.username", ""), settings.get("sasl.password", ""))
+    if protocol not in PROTOCOLS:
+        raise CliError(f"security.protocol={protocol}: expected one of {', '.join(PROTOCOLS)}")
+    login = None
+    if protocol not in (PLAINTEXT, SSL):
+        mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms", "GSSAPI")).upper()
+        if mechanism not in MECHANISMS:
+            raise CliError(f"sasl.mechanism={mechanism} is not supported by this command "
+                           f"({', '.join(MECHANISMS)} are)")
+        login = Login(mechanism, settings.get("sasl.username", ""), settings.get("sasl.password", ""))
+    return ClientSecurity(login, _tls_context(settings) if protocol in (SSL, SASL_SSL) else None)
+
+
+def _tls_context(settings: dict[str, str]) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    verify = settings.get("enable.ssl.certificate.verification", "true").lower() not in ("false", "0")
+    context.check_hostname = verify and settings.get("ssl.endpoint.identification.algorithm", "https").lower() \
+        == "https"
+    context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+    location, pem = settings.get("ssl.ca.location"), settings.get("ssl.ca.pem")
+    try:
+        if pem:
+            context.load_verify_locations(cadata=pem)
+        elif location and location != "probe":
+            context.load_verify_locations(capath=location) if os.path.isdir(location) else \
+                context.load_verify_locations(cafile=location)
+        else:
+            context.load_default_certs()
+        certificate = settings.get("ssl.certificate.location")
+        if certificate:
+            context.load_cert_chain(certificate, settings.get("ssl.key.location"), settings.get("ssl.key.password"))
+    except (OSError, ssl.SSLError) as exc:
+        why = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc.strerror or exc
+        raise CliError(f"--command-config: cannot use the TLS files ({why})") from None
+    return context
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    reason = (exc.reason or str(exc)).lower().replace("_", " ")
+    verify = getattr(exc, "verify_message", None)
+    return f"{reason}: {verify}" if verify else reason
 
 
 def _decode_as(cls: type, api_key: int, version: int, frame: bytes):
@@ -188,9 +242,9 @@ class Brokers:
     """Connections to a cluster: the first bootstrap server that answers, then
     any broker its Metadata names, each opened once."""
 
-    def __init__(self, bootstrap: str, timeout_s: float, login: Login | None = None):
+    def __init__(self, bootstrap: str, timeout_s: float, security: ClientSecurity | None = None):
         self.timeout_s = timeout_s
-        self.login = login
+        self.security = security
         self._open: dict[tuple[str, int], Connection] = {}
         reasons: list[str] = []
         failures: list[CliError] = []
@@ -216,7 +270,7 @@ class Brokers:
     def _connect(self, host: str, port: int) -> Connection:
         connection = self._open.get((host, port))
         if connection is None:
-            connection = self._open[(host, port)] = Connection(host, port, self.timeout_s, self.login)
+            connection = self._open[(host, port)] = Connection(host, port, self.timeout_s, self.security)
         return connection
 
     def to(self, node: Node) -> Connection:

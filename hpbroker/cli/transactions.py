@@ -33,8 +33,8 @@ from hpbroker.cli.kafka_requests import (
     Retry,
     build,
     error_name,
-    login_of,
     request_module,
+    security_of,
     until_answered,
 )
 from hpbroker.errors import ErrorCode
@@ -137,8 +137,8 @@ def _non_negative(what: str):
 
 def run(args) -> int:
     def connected(args):
-        login = login_of(command_config(args))
-        with Brokers(args.bootstrap_server, args.timeout, login) as brokers:
+        security = security_of(command_config(args))
+        with Brokers(args.bootstrap_server, args.timeout, security) as brokers:
             return args.action_fn(args, brokers)
     return guarded(PREFIX, connected, args)
 

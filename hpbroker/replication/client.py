@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 from collections import deque
 from typing import Any, Callable, cast
@@ -27,17 +28,20 @@ from hpbroker.protocol.client_codec import MAX_RESPONSE_BYTES, decode_response, 
 from hpbroker.protocol.exceptions import FrameTooLarge
 from hpbroker.protocol.framing import FrameReader
 from hpbroker.security.login import log_in
-from hpbroker.security.settings import Login
+from hpbroker.security.settings import ListenerSecurity, Login
 
 _correlation_id = struct.Struct(">i")
 _login: Login | None = None  # how this process's connections to other brokers log in (None: they do not)
+_tls: ssl.SSLContext | None = None  # ... and encrypt (None: they do not)
 
 
-def use_login(login: Login | None) -> None:
-    """Set once as a worker starts, from the listener's settings: every broker
-    of a cluster serves the same listener, so one login reaches them all."""
-    global _login
-    _login = login
+def use_security(security: ListenerSecurity) -> None:
+    """Set as a worker starts (and reloads), from the listener's settings: every
+    broker of a cluster serves the same listener, so one login and one TLS
+    context reach them all."""
+    global _login, _tls
+    _login = security.login
+    _tls = security.tls.client_context if security.tls is not None else None
 
 
 class ClientConnection(asyncio.BufferedProtocol):
@@ -53,11 +57,16 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str, timeout: float = 5.0) -> "ClientConnection":
-        """A connection to a broker, logged in when the brokers' listener asks
-        for SASL (``use_login``); the login fails it as a ConnectionError."""
+        """A connection to a broker, over TLS and logged in as the brokers'
+        listener asks (``use_security``); a failed handshake or login fails it
+        as a ConnectionError."""
         loop = asyncio.get_running_loop()
-        _transport, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: cls(client_id), host, port), timeout)
+        try:
+            _transport, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(client_id), host, port, ssl=_tls,
+                                       server_hostname=host if _tls is not None else None), timeout)
+        except ssl.SSLError as exc:  # an OSError, but not a network failure: say what TLS refused
+            raise ConnectionError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
         if _login is not None:
             try:
                 await asyncio.wait_for(log_in(connection, _login), timeout)

@@ -2,7 +2,9 @@
 
 * ``listener.security.protocol.map`` names the listener's protocol
   (``SASL_PLAINTEXT://host:9092``, or ``CLIENTS://host:9092`` with
-  ``CLIENTS:SASL_PLAINTEXT`` in the map);
+  ``CLIENTS:SASL_PLAINTEXT`` in the map): PLAINTEXT, SSL, SASL_PLAINTEXT or
+  SASL_SSL;
+* for SSL and SASL_SSL, the ``ssl.*`` settings (``tls.py``);
 * ``sasl.enabled.mechanisms``, or ``listener.name.<listener>.sasl.enabled.mechanisms``;
 * ``listener.name.<listener>.<mechanism>.sasl.jaas.config``: PLAIN's users
   (``user_<name>="<password>"``), and the broker's own ``username`` and
@@ -19,20 +21,22 @@ import re
 from dataclasses import dataclass, field
 
 from hpbroker.security import jaas, scram
+from hpbroker.security.tls import SSL_KEYS, TlsSettings, read as read_tls
 from hpbroker.storage.config import ConfigError
 
-PLAINTEXT, SASL_PLAINTEXT = "PLAINTEXT", "SASL_PLAINTEXT"
-PROTOCOLS = (PLAINTEXT, "SSL", SASL_PLAINTEXT, "SASL_SSL")
-SUPPORTED_PROTOCOLS = (PLAINTEXT, SASL_PLAINTEXT)
+PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL = "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"
+PROTOCOLS = (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
 PLAIN = "PLAIN"
 MECHANISMS = (PLAIN, *scram.MECHANISMS)
 # the listener-prefixed settings (Kafka's ``listener.name.<listener>.``); each checked where it is read
 LISTENER_KEY = re.compile(r"listener\.name\.([a-z0-9_.-]+?)\.(sasl\.enabled\.mechanisms|"
-                          r"(?:plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config)")
+                          r"(?:plain|scram-sha-256|scram-sha-512|gssapi|oauthbearer)\.sasl\.jaas\.config|"
+                          + "|".join(re.escape(key) for key in SSL_KEYS) + ")")
 
 
-def is_listener_key(key: str) -> bool:
-    return LISTENER_KEY.fullmatch(key) is not None
+def is_security_key(key: str) -> bool:
+    """A listener-prefixed setting, or one of the ``ssl.*`` settings (read by ``tls.py``)."""
+    return key in SSL_KEYS or LISTENER_KEY.fullmatch(key) is not None
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,15 @@ class Login:
 @dataclass(frozen=True)
 class ListenerSecurity:
     listener: str  # its name, as in ``listeners``
-    protocol: str  # PLAINTEXT or SASL_PLAINTEXT
+    protocol: str  # one of PROTOCOLS
     mechanisms: tuple[str, ...] = ()  # enabled, in the order given
     plain_users: dict[str, str] = field(default_factory=dict)  # PLAIN's user -> password
     login: Login | None = None  # for the connections to the other brokers; None: none needed
+    tls: TlsSettings | None = None  # SSL and SASL_SSL's
 
     @property
     def sasl(self) -> bool:
-        return self.protocol == SASL_PLAINTEXT
+        return self.protocol in (SASL_PLAINTEXT, SASL_SSL)
 
 
 def protocol_map(text: str) -> dict[str, str]:
@@ -75,11 +80,9 @@ def read(props: dict[str, str], listener: str, protocol_map_text: str, enabled_t
     if protocol is None:
         raise ConfigError(f"listener {listener!r} has no security protocol: add {listener}:SASL_PLAINTEXT (or "
                           f"PLAINTEXT) to listener.security.protocol.map")
-    if protocol not in SUPPORTED_PROTOCOLS:
-        raise ConfigError(f"listener {listener!r}: security protocol {protocol} is not supported "
-                          f"(supported: {', '.join(SUPPORTED_PROTOCOLS)})")
-    if protocol == PLAINTEXT:
-        return ListenerSecurity(listener, protocol)
+    encryption = read_tls(props, listener) if protocol in (SSL, SASL_SSL) else None
+    if protocol in (PLAINTEXT, SSL):
+        return ListenerSecurity(listener, protocol, tls=encryption)
     prefix = f"listener.name.{listener.lower()}."
     key = prefix + "sasl.enabled.mechanisms" if prefix + "sasl.enabled.mechanisms" in props \
         else "sasl.enabled.mechanisms"
@@ -114,4 +117,4 @@ def read(props: dict[str, str], listener: str, protocol_map_text: str, enabled_t
             raise ConfigError(f"{jaas_key}: the broker logs in to the other brokers with {mechanism}: give its "
                               f"username=\"...\" password=\"...\"")
         login = Login(mechanism, options["username"], options["password"])
-    return ListenerSecurity(listener, protocol, mechanisms, plain_users, login)
+    return ListenerSecurity(listener, protocol, mechanisms, plain_users, login, encryption)

@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 
 from hpbroker.security import settings
+from hpbroker.security.tls import SSL_KEYS
 from hpbroker.storage.config import LOG_KEYS, ConfigError, LogConfig, is_broker_log_key, parse_bool
 
 
@@ -49,7 +50,7 @@ def parse_cpu_affinity(text: str) -> str | tuple[int, ...]:
 BROKER_KEYS = {
     "listeners": (str, "PLAINTEXT://127.0.0.1:9092"),
     "advertised.listeners": (str, None),
-    # Kafka's default map; of its protocols PLAINTEXT and SASL_PLAINTEXT are served (security/settings.py)
+    # Kafka's default map: PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL (security/settings.py)
     "listener.security.protocol.map": (str, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
                                             "SASL_SSL:SASL_SSL"),
     # Kafka's default for both is GSSAPI (Kerberos), which is not served: PLAIN is the one
@@ -142,10 +143,12 @@ BROKER_KEYS = {
 
 
 def known_keys() -> list[str]:
-    """Every key a broker's configuration may name: its own, and the log settings
-    at broker level and at topic level (one registry: ``BROKER_KEYS`` here and
-    storage's ``LOG_KEYS``, which only the log settings' module may hold)."""
-    return [*BROKER_KEYS, *(k.broker_key for k in LOG_KEYS), *(k.topic_key for k in LOG_KEYS if k.topic_key)]
+    """Every key a broker's configuration may name: its own, TLS's (read by
+    ``security.tls``, each also per listener), and the log settings at broker
+    level and at topic level (one registry: ``BROKER_KEYS`` here and storage's
+    ``LOG_KEYS``, which only the log settings' module may hold)."""
+    return [*BROKER_KEYS, *SSL_KEYS, *(k.broker_key for k in LOG_KEYS),
+            *(k.topic_key for k in LOG_KEYS if k.topic_key)]
 
 
 def read_properties_file(path: str) -> dict[str, str]:
@@ -243,7 +246,7 @@ class BrokerConfig:
                     values[key] = parse(text) if parse is not int else int(str(text).strip())
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from None
-            elif not is_broker_log_key(key) and not settings.is_listener_key(key):
+            elif not is_broker_log_key(key) and not settings.is_security_key(key):
                 raise ConfigError(f"unknown config key {key!r}")
         for key, (_, default) in BROKER_KEYS.items():
             values.setdefault(key, default)

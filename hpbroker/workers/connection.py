@@ -43,7 +43,9 @@ from hpbroker.protocol import (
 )
 from hpbroker.protocol.error_response import error_response
 from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
+from hpbroker.security.principal_rules import ANONYMOUS
 from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, SaslFailure, SaslSession, Stage
+from hpbroker.security.tls import TlsSettings
 from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
@@ -58,6 +60,7 @@ _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
 # socket.request.max.bytes per connection
 _MAX_QUEUED_BYTES = 4 * 2**20
 _MAX_OWED = 64  # answers owed at once before handling waits for the oldest
+_TLS_CHUNK_BYTES = 1 << 20  # records read at once for a TLS connection's answer
 
 
 class _RegionFile:
@@ -88,9 +91,10 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None,
-                 sasl: SaslSession | None = None):
+                 sasl: SaslSession | None = None, tls: TlsSettings | None = None):
         self.ctx = ctx
         self.sasl = sasl  # on a SASL listener: the login, which must succeed before anything but ApiVersions
+        self.tls = tls  # on a TLS listener: records are read from the files and written through it (no sendfile)
         self.routes = routes
         self.on_close = on_close
         self.move = move  # (connection, worker) -> moved: hand this connection's socket to that worker
@@ -129,17 +133,37 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # --- asyncio.BufferedProtocol ---------------------------------------------
     def connection_made(self, transport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # a stream socket's
-        self.sock = transport.get_extra_info("socket")
-        self.sock_fd = self.sock.fileno()  # for sendfile straight to it
+        self.transport = cast(asyncio.Transport, transport)  # a stream socket's, or TLS's over it
+        self.sock = transport.get_extra_info("socket") if self.tls is None else None
+        self.sock_fd = self.sock.fileno() if self.sock is not None else -1  # for sendfile straight to it
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}"
             self.route.client_port = peer[1]
         else:
             self.peer = str(peer)
+        if self.draining:  # the worker began stopping during the TLS handshake
+            self.closing = True
+            transport.close()
+            return
+        if self.tls is not None and self.sasl is None and not self._certificate_mapped():
+            return
         self.context.run(self._enter)
         self.task = asyncio.get_running_loop().create_task(self._serve(), context=self.context)
+
+    def _certificate_mapped(self) -> bool:
+        """On an SSL listener the client's principal is its certificate's
+        (``ssl.principal.mapping.rules``); one no rule maps is refused, as in Kafka."""
+        tls = cast(TlsSettings, self.tls)
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        principal = tls.principal(ssl_object) if ssl_object is not None else None
+        if principal is None:
+            self._drop("no rule of ssl.principal.mapping.rules maps its certificate's subject")
+            return False
+        # a certificate is a login: said as a SASL login is (an anonymous client only when asked)
+        log.log(logging.DEBUG if principal == ANONYMOUS else logging.INFO, "%s connected from %s over TLS",
+                principal, self.peer)
+        return True
 
     def _enter(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
@@ -234,9 +258,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # --- stopping -------------------------------------------------------------
     def drain(self) -> None:
         """The worker is stopping: read nothing more, finish the request in hand."""
+        self.draining = True  # a TLS handshake still under way: closed as it ends (connection_made)
         if self.transport is None:
             return
-        self.draining = True
         self.transport.pause_reading()
         self.queue.put_nowait(None)
 
@@ -570,7 +594,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         corked = self._cork(pieces)
         try:
             for piece in pieces:
-                if isinstance(piece, FileRegion):
+                if isinstance(piece, FileRegion) and self.tls is not None:
+                    await self._write_through_tls(piece)
+                elif isinstance(piece, FileRegion):
                     sent = self._sendfile_now(piece)
                     if sent < piece.size:
                         region = cast(IO[bytes], _RegionFile(piece.fd))  # what sendfile calls on a file, and no more
@@ -590,3 +616,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if corked:
                 self._uncork()
         await self.writable.wait()  # a slow reader: the transport asked us to pause
+
+    async def _write_through_tls(self, region: FileRegion) -> None:
+        """Records for a TLS connection: read from the file and encrypted in
+        turn, a chunk at a time, waiting while the client is slow to read."""
+        done = 0
+        while done < region.size:
+            chunk = os.pread(region.fd, min(region.size - done, _TLS_CHUNK_BYTES), region.position + done)
+            if not chunk:  # cut since it was located: the size prefix promised those bytes
+                raise ConnectionError(f"a segment file ended {region.size - done} bytes into an answer")
+            self.transport.write(chunk)
+            done += len(chunk)
+            await self.writable.wait()
+        self.ctx.bytes_out += region.size

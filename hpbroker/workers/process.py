@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import socket
+import ssl
 from typing import cast
 
 from hpbroker.cluster.session_tracker import Session
@@ -22,6 +23,7 @@ from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.replication import client
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.security.sasl import SaslSession
+from hpbroker.security.tls import HANDSHAKE_TIMEOUT_S
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
@@ -75,6 +77,7 @@ class Worker:
         self.draining = self.drained = False
         self._tick_problems = Throttled(log)
         self._move_problems = Throttled(log)
+        self._handshake_failures = Throttled(log)
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         self._fd_ceiling = soft - FD_RESERVE  # connections beyond leave segment files no descriptors
 
@@ -228,7 +231,7 @@ class Worker:
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
                                  producer_ids=producer_ids, credentials=credentials,
                                  partition_offsets=self.memory.partitions.reader(owner_of=self.placement.owner))
-        client.use_login(self.config.security.login)  # the other brokers' listener may ask for a login
+        client.use_security(self.config.security)  # the other brokers' listener may ask for TLS and a login
         self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
                                  self.config.broker_id)
@@ -284,7 +287,8 @@ class Worker:
 
     def _reload(self, props: dict) -> None:
         """Apply new log settings (retention, flush, roll, ...) to every open log;
-        new connections log in with the SASL settings read now."""
+        new connections log in with the SASL settings read now, and shake
+        hands with the keystore and truststore read now."""
         try:
             config = BrokerConfig.from_sources(overrides=props)
         except Exception as exc:
@@ -295,7 +299,7 @@ class Worker:
         self.topics.log_config = config.log
         self.logs.config = config.log
         self.logs.reconfigure()
-        client.use_login(config.security.login)
+        client.use_security(config.security)
         log.info("worker %d applied the reloaded log settings", self.index)
 
     def _adopt(self, fd: int) -> None:
@@ -312,20 +316,33 @@ class Worker:
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
         security = self.config.security
-        # a logged-in connection stays where it logged in: its next worker would not know its principal
         delay_s = self.config["connection.failed.authentication.delay.ms"] / 1000
         session = SaslSession(security, self.ctx.credentials, delay_s) if security.sasl else None
-        connection = KafkaConnection(self.ctx, ROUTES, self._closed,
-                                     self._move if self.workers > 1 and session is None else None, self.gathering,
-                                     sasl=session)
+        # a logged-in connection stays where it logged in: its next worker would not know its principal;
+        # nor does a TLS connection move: its session's keys are in this process
+        movable = self.workers > 1 and session is None and security.tls is None
+        connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if movable else None,
+                                     self.gathering, sasl=session, tls=security.tls)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
 
-    async def _attach(self, sock, connection) -> None:
+    async def _attach(self, sock, connection: KafkaConnection) -> None:
+        tls = connection.tls
+        peer = _peer_of(sock)  # before the handshake: a failed one closes the socket
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock)
-        except OSError as exc:
-            log.warning("could not adopt a connection: %s", exc)
+            if tls is None:
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock)
+            else:  # connection_made comes after the handshake
+                await asyncio.get_running_loop().connect_accepted_socket(
+                    lambda: connection, sock, ssl=tls.server_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            if tls is None:
+                log.warning("could not adopt a connection: %s", exc)
+            else:  # a client speaking plaintext, an untrusted certificate, a scan: a line a minute a host and reason
+                why = _handshake_failure(exc)
+                self._handshake_failures.log(logging.WARNING, (peer[0], why), "TLS handshake with %s:%s failed: %s",
+                                             *peer, why)
+            sock.close()
             self._closed(connection)
 
     def _move(self, connection, worker: int) -> bool:
@@ -454,3 +471,19 @@ def run_worker(index: int, workers: int, config: BrokerConfig, control: socket.s
     log.info("worker %d up on CPU %s, owning %d partitions", index, cpu, len(worker.logs.logs()))
     asyncio.run(worker.serve())
     return 0
+
+
+def _peer_of(sock: socket.socket) -> tuple[str, object]:
+    try:
+        return sock.getpeername()[:2]
+    except (OSError, ValueError):  # gone already, or not an address with a host (a socket pair)
+        return "?", "?"
+
+
+def _handshake_failure(exc: BaseException) -> str:
+    """Why a TLS handshake failed, as OpenSSL or the OS put it, in a few words."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionAbortedError)):  # asyncio's timeout
+        return f"no handshake within {HANDSHAKE_TIMEOUT_S:g} s"
+    if isinstance(exc, ssl.SSLError):
+        return (exc.reason or str(exc)).lower().replace("_", " ")
+    return str(exc) or type(exc).__name__

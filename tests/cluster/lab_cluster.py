@@ -14,11 +14,13 @@ the lab's addresses are unreachable."""
 from __future__ import annotations
 
 import shutil
+import ssl
 from pathlib import Path
 
 from harness.broker import Broker
 from harness.cluster import FAST, SESSION_MS, Cluster
 from harness.zookeeper import ZooKeeperServer
+from hpbroker.cli.kafka_requests import ClientSecurity
 from hpbroker.cluster import session
 from hpbroker.security.settings import Login
 from tests.cluster.netlab import Host, NetLab
@@ -31,9 +33,10 @@ class LabCluster(Cluster):
     """Cluster's life cycle and ZooKeeper queries, on lab hosts (see the module doc)."""
 
     def __init__(self, lab: NetLab, directory: Path, size: int = 3, overrides: dict | None = None,
-                 chroot: str = "/hpbroker", login: tuple[str, str] | None = None):
+                 chroot: str = "/hpbroker", login: tuple[str, str] | None = None,
+                 tls: ssl.SSLContext | None = None):
         self.lab = lab
-        self.login = Login("PLAIN", *login) if login else None
+        self.security = ClientSecurity(Login("PLAIN", *login) if login else None, tls)
         self.directory = Path(directory)
         self.zk_host: Host = lab.add_host("zk")
         self.hosts: dict[int, Host] = {i: lab.add_host(f"b{i}") for i in range(1, size + 1)}
@@ -44,7 +47,7 @@ class LabCluster(Cluster):
         self.brokers = {
             i: Broker(self.directory / f"broker-{i}", port=BROKER_PORT, host=host.ip, netns=host.netns, overrides={
                 **FAST, "zookeeper.connect": self.connect, "broker.id": str(i), "min.insync.replicas": "2",
-                **(overrides or {})}, login=login)
+                **(overrides or {})}, login=login, tls=tls)
             for i, host in self.hosts.items()}
         self.zk = None
 

@@ -10,30 +10,46 @@ The faults: a leader cut off from ZooKeeper alone; a broker cut off from its
 peers only; a broker cut off from everything; a broker paused past its
 session; ZooKeeper killed and restarted, with a producer that starts (and so
 logs in) while it is down; a follower killed, its disk wiped, and started
-again."""
+again.
+
+On SASL_SSL the same, over TLS: each of those connections also shakes hands
+again, checking the peer's certificate against the address it dialled."""
 
 import time
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.cluster import SESSION_MS
 from harness.sasl import ADMIN, add_scram_user, ck_conf, settings
+from harness.tls import Authority, broker_settings
 from harness.waiting import wait_for
 from tests.cluster.history import ConsumerHistory, ProducerHistory, check, read_everything
 from tests.cluster.lab_cluster import LabCluster
+from tests.cluster.netlab import SUBNET
 
 TOPIC, PARTITIONS, WAIT_S = "sasl-faults", 3, 60
 WRITER = ("writer", "writer-secret")
 
 
-def test_logged_in_clients_and_brokers_lose_nothing_through_every_fault(netlab, tmp_path):
-    cluster = LabCluster(netlab, tmp_path, overrides=settings(), login=ADMIN)
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_logged_in_clients_and_brokers_lose_nothing_through_every_fault(netlab, tmp_path, listener):
+    overrides, tls, context = settings(listener), {}, None
+    if listener == "SASL_SSL":  # one certificate for every lab address: each broker's, checked by the others
+        authority = Authority(tmp_path / "pki")
+        certificate = authority.issue("brokers", "brokers", hosts=tuple(f"{SUBNET}.{n}" for n in range(1, 60)))
+        overrides.update({k: v for k, v in broker_settings(authority, certificate, listener).items()
+                          if k != "listeners"})
+        tls, context = {"ssl.ca.location": str(authority.ca_file)}, authority.client_context()
+    cluster = LabCluster(netlab, tmp_path, overrides=overrides, login=ADMIN, tls=context)
     cluster.start_all()
     try:
-        scram = {k: v for k, v in ck_conf("", "SCRAM-SHA-512", *WRITER).items() if k != "bootstrap.servers"}
+        scram = {**{k: v for k, v in ck_conf("", "SCRAM-SHA-512", *WRITER).items() if k != "bootstrap.servers"},
+                 "security.protocol": listener, **tls}
         with cluster.inside_client():
-            add_scram_user(cluster.bootstrap, WRITER[0], {"SCRAM-SHA-512": (WRITER[1].encode(), 4096)})
-            admin = AdminClient(ck_conf(cluster.bootstrap, "PLAIN", *ADMIN))
+            add_scram_user(cluster.bootstrap, WRITER[0], {"SCRAM-SHA-512": (WRITER[1].encode(), 4096)},
+                           {"security.protocol": listener, **tls})
+            admin = AdminClient({**ck_conf(cluster.bootstrap, "PLAIN", *ADMIN), "security.protocol": listener, **tls})
             admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
             cluster.wait_in_sync(TOPIC, PARTITIONS)
             producers = ProducerHistory(cluster.bootstrap, TOPIC, producers=2, partitions=PARTITIONS, rate=100,

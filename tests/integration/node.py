@@ -32,10 +32,11 @@ def installed(spec: str, min_node: tuple[int, int, int] = (0, 0, 0)) -> Path:
     return PREFIX / "node_modules"
 
 
-def run(node_modules: Path, script: str, *args: str, timeout: float = 120) -> dict:
-    """Run ``js/<script>`` under Node.js; the JSON line it printed last."""
+def run(node_modules: Path, script: str, *args: str, timeout: float = 120, env: dict | None = None) -> dict:
+    """Run ``js/<script>`` under Node.js (with ``env`` added to its bare
+    environment); the JSON line it printed last."""
     done = subprocess.run(["node", str(SCRIPTS / script), *args],
-                          env={"NODE_PATH": str(node_modules), "PATH": "/usr/bin:/bin:/usr/local/bin"},
+                          env={"NODE_PATH": str(node_modules), "PATH": "/usr/bin:/bin:/usr/local/bin", **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])

@@ -3,13 +3,16 @@
 // back; then a wrong password must be refused.  Prints one JSON line:
 // {"read": {mechanism: count}, "refused": error name}.
 // Usage: node kafkajs_sasl.js BROKER TOPIC COUNT mechanism:user:password...
+// With HPBROKER_CA set (a PEM file), over TLS (a SASL_SSL listener) trusting that authority.
+const fs = require('fs')
 const { Kafka, logLevel } = require('kafkajs')
 
 const [broker, topic, count, ...logins] = process.argv.slice(2)
 const wanted = Number(count)
+const ssl = process.env.HPBROKER_CA ? { ca: [fs.readFileSync(process.env.HPBROKER_CA, 'utf-8')] } : undefined
 
 async function roundTrip (mechanism, username, password) {
-  const kafka = new Kafka({ clientId: 'hpbroker-sasl', brokers: [broker], logLevel: logLevel.NOTHING,
+  const kafka = new Kafka({ clientId: 'hpbroker-sasl', brokers: [broker], logLevel: logLevel.NOTHING, ssl,
     sasl: { mechanism, username, password } })
   const name = `${topic}-${mechanism}`
   const producer = kafka.producer({ idempotent: true })
@@ -42,7 +45,7 @@ async function main () {
     read[mechanism] = await roundTrip(mechanism, username, password)
   }
   const [mechanism, username] = logins[0].split(':')
-  const wrong = new Kafka({ clientId: 'hpbroker-sasl', brokers: [broker], logLevel: logLevel.NOTHING,
+  const wrong = new Kafka({ clientId: 'hpbroker-sasl', brokers: [broker], logLevel: logLevel.NOTHING, ssl,
     retry: { retries: 0 }, sasl: { mechanism, username, password: 'wrong' } }).producer()
   let refused = null
   try {
