@@ -1,4 +1,5 @@
-"""Authentication: SASL on a listener whose security protocol is SASL_PLAINTEXT.
+"""Authentication and encryption: SASL on a listener whose security protocol
+is SASL_PLAINTEXT or SASL_SSL, TLS on SSL and SASL_SSL.
 
 * ``jaas``: the JAAS option strings Kafka's settings carry (the PLAIN users,
   the broker's own login for inter-broker connections).
@@ -10,4 +11,10 @@
 * ``sasl``: one connection's authentication, from SaslHandshake to a
   principal (``User:<name>``).
 * ``login``: the client side, for the connections one broker opens to another.
+* ``keystores``: the broker's key and certificate chain, and the trusted
+  certificates, from PEM or PKCS12 files or inline PEM.
+* ``tls``: the ``ssl.*`` settings, read into the server's and the client's
+  ``SSLContext``.
+* ``principal_rules``: ``ssl.principal.mapping.rules``, a client
+  certificate's principal.
 """
