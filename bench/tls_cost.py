@@ -37,8 +37,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import memory_probe, tools  # noqa: E402
+from bench.e2e import render  # noqa: E402
 from bench.rdperf import Fleet  # noqa: E402
-from harness.broker import Broker  # noqa: E402
+from harness.broker import Broker, recv_exact  # noqa: E402
 from harness.tls import Authority, broker_settings  # noqa: E402
 
 IDLE_S = 3.0
@@ -49,19 +50,8 @@ TOPIC = "tls-bytes"
 def _request(s, api_key: int, version: int, body: bytes) -> bytes:
     frame = struct.pack(">hhih", api_key, version, 1, 5) + b"bench" + body
     s.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _exactly(s, 4))[0]
-    return _exactly(s, size)[4:]
-
-
-def _exactly(s, n: int) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        chunk = s.recv(n - got)
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+    size = struct.unpack(">i", recv_exact(s, 4))[0]
+    return recv_exact(s, size)[4:]
 
 
 def _metadata(s) -> None:
@@ -140,7 +130,7 @@ def main() -> int:
             tls.stop()
             plaintext.stop()
     plain, secure = rows["PLAINTEXT"], rows["SSL"]
-    lines = ["| phase | PLAINTEXT | SSL | SSL / PLAINTEXT |", "| --- | --- | --- | --- |"]
+    table = []
     for key, label, digits in (("connection", f"connection ({n}), broker CPU µs each", 0),
                                ("request", f"Metadata v0 ({n * 5}), broker CPU µs each", 0),
                                ("produce_cpu", f"produce {args.mib} MiB, broker CPU s per GiB", 2),
@@ -148,11 +138,11 @@ def main() -> int:
                                ("fetch_cpu", f"fetch {args.mib} MiB, broker CPU s per GiB", 2),
                                ("fetch_mibs", "fetch, MiB/s", 0)):
         ratio = secure[key] / plain[key] if plain[key] else float("nan")
-        lines.append(f"| {label} | {plain[key]:.{digits}f} | {secure[key]:.{digits}f} | {ratio:.2f} |")
-    text = "\n".join(lines)
+        table.append([label, f"{plain[key]:.{digits}f}", f"{secure[key]:.{digits}f}", f"{ratio:.2f}"])
+    text, markdown = render(table, ["phase", "PLAINTEXT", "SSL", "SSL / PLAINTEXT"])
     print(text)
     if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+        Path(args.markdown).write_text(markdown + "\n")
     return 0
 
 

@@ -55,7 +55,7 @@ def _request(s: socket.socket, api_key: int, version: int, body: bytes) -> bytes
     """One request with a v1 header (client id "ping"), and its answer after the correlation id."""
     frame = struct.pack(">hhih", api_key, version, 7, 4) + b"ping" + body
     s.sendall(struct.pack(">i", len(frame)) + frame)
-    return _recv_exact(s, struct.unpack(">i", _recv_exact(s, 4))[0])[4:]
+    return recv_exact(s, struct.unpack(">i", recv_exact(s, 4))[0])[4:]
 
 
 def plain_login(s: socket.socket, user: str, password: str) -> bool:
@@ -82,8 +82,8 @@ def metadata_ping(host: str, port: int, timeout: float = 2.0, login: tuple[str, 
             if login is not None and not plain_login(s, *login):
                 return False
             s.sendall(struct.pack(">i", len(body)) + body)
-            size = struct.unpack(">i", _recv_exact(s, 4))[0]
-            data = _recv_exact(s, size)
+            size = struct.unpack(">i", recv_exact(s, 4))[0]
+            data = recv_exact(s, size)
     except (OSError, EOFError):
         return False
     correlation, brokers = struct.unpack_from(">ii", data, 0)
@@ -99,7 +99,7 @@ def metadata_ping(host: str, port: int, timeout: float = 2.0, login: tuple[str, 
     return False
 
 
-def _recv_exact(s: socket.socket, n: int) -> bytes:
+def recv_exact(s: socket.socket, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
         chunk = s.recv(n - got)

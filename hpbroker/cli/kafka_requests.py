@@ -36,6 +36,7 @@ from hpbroker.protocol.header import skip_tagged_fields
 from hpbroker.protocol.schemas import request_type, response_header_version
 from hpbroker.security.login import LoginFailed, log_in_blocking
 from hpbroker.security.settings import MECHANISMS, PLAINTEXT, PROTOCOLS, SASL_SSL, SSL, Login
+from hpbroker.security.tls import describe_failure
 
 CLIENT_ID = "hpbroker-cli"
 API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
@@ -100,7 +101,7 @@ class Connection:
                 self._sock = tls.wrap_socket(self._sock, server_hostname=host)
             except ssl.SSLError as exc:
                 self._sock.close()
-                raise CliError(f"TLS handshake with {self.where} failed: {_tls_reason(exc)}") from None
+                raise CliError(f"TLS handshake with {self.where} failed: {describe_failure(exc)}") from None
             except OSError as exc:
                 self._sock.close()
                 raise CliError(f"TLS handshake with {self.where} failed ({_reason(exc)})") from None
@@ -216,12 +217,6 @@ def _tls_context(settings: dict[str, str]) -> ssl.SSLContext:
         why = exc.reason if isinstance(exc, ssl.SSLError) and exc.reason else exc.strerror or exc
         raise CliError(f"--command-config: cannot use the TLS files ({why})") from None
     return context
-
-
-def _tls_reason(exc: ssl.SSLError) -> str:
-    reason = (exc.reason or str(exc)).lower().replace("_", " ")
-    verify = getattr(exc, "verify_message", None)
-    return f"{reason}: {verify}" if verify else reason
 
 
 def _decode_as(cls: type, api_key: int, version: int, frame: bytes):

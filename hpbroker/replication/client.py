@@ -29,6 +29,7 @@ from hpbroker.protocol.exceptions import FrameTooLarge
 from hpbroker.protocol.framing import FrameReader
 from hpbroker.security.login import log_in
 from hpbroker.security.settings import ListenerSecurity, Login
+from hpbroker.security.tls import describe_failure
 
 _correlation_id = struct.Struct(">i")
 _login: Login | None = None  # how this process's connections to other brokers log in (None: they do not)
@@ -66,7 +67,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                 loop.create_connection(lambda: cls(client_id), host, port, ssl=_tls,
                                        server_hostname=host if _tls is not None else None), timeout)
         except ssl.SSLError as exc:  # an OSError, but not a network failure: say what TLS refused
-            raise ConnectionError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
+            raise ConnectionError(f"TLS handshake with {host}:{port} failed: {describe_failure(exc)}") from None
         if _login is not None:
             try:
                 await asyncio.wait_for(log_in(connection, _login), timeout)

@@ -17,7 +17,7 @@ and never showing a password or a key.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -32,7 +32,7 @@ _PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.
 
 @dataclass(frozen=True)
 class KeyMaterial:
-    key_pem: bytes  # unencrypted PKCS8: it stays in this process's memory
+    key_pem: bytes = field(repr=False)  # unencrypted PKCS8: it stays in this process's memory, out of any repr
     chain_pem: bytes  # the leaf certificate first
     leaf: x509.Certificate
 

@@ -80,7 +80,7 @@ def read(props: dict[str, str], listener: str, protocol_map_text: str, enabled_t
     if protocol is None:
         raise ConfigError(f"listener {listener!r} has no security protocol: add {listener}:SASL_PLAINTEXT (or "
                           f"PLAINTEXT) to listener.security.protocol.map")
-    encryption = read_tls(props, listener) if protocol in (SSL, SASL_SSL) else None
+    encryption = read_tls(props, listener, sasl=protocol == SASL_SSL) if protocol in (SSL, SASL_SSL) else None
     if protocol in (PLAINTEXT, SSL):
         return ListenerSecurity(listener, protocol, tls=encryption)
     prefix = f"listener.name.{listener.lower()}."

@@ -3,9 +3,13 @@ each also given per listener as ``listener.name.<listener>.ssl.<setting>``:
 
 * the keystore and truststore (``keystores.py``);
 * ``ssl.client.auth``: ``none``, ``requested`` (a client may show a
-  certificate) or ``required`` (it must; mutual TLS);
+  certificate) or ``required`` (it must; mutual TLS).  Its authorities are
+  the truststore's, never the system's: with no authorizer here, a
+  certificate is the whole of a client's access.  On SASL_SSL only the
+  listener's own ``listener.name.<l>.ssl.client.auth`` counts (KIP-684);
 * ``ssl.enabled.protocols`` (TLSv1.2 and TLSv1.3 by default) and
-  ``ssl.protocol``;
+  ``ssl.protocol`` (``TLSv1.2`` keeps this broker's own connections to the
+  others at TLS 1.2);
 * ``ssl.endpoint.identification.algorithm``: ``https`` (the default) checks
   the host name a broker connects to against the peer's certificate, on the
   connections brokers open to each other; empty does not;
@@ -18,6 +22,7 @@ certificate for the connections made after.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import ssl
@@ -29,7 +34,9 @@ from hpbroker.storage.config import ConfigError
 SSL_KEYS = ("ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
             "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
             "ssl.truststore.password", "ssl.truststore.certificates", "ssl.client.auth", "ssl.enabled.protocols",
-            "ssl.protocol", "ssl.endpoint.identification.algorithm", "ssl.principal.mapping.rules")
+            "ssl.protocol", "ssl.endpoint.identification.algorithm", "ssl.principal.mapping.rules",
+            *("ssl.keymanager.algorithm", "ssl.trustmanager.algorithm", "ssl.secure.random.implementation",
+              "ssl.provider"))  # the last four name parts of Java's TLS: accepted as Kafka spells them, no effect
 DEFAULTS = {"ssl.client.auth": "none", "ssl.enabled.protocols": "TLSv1.2,TLSv1.3", "ssl.protocol": "TLSv1.3",
             "ssl.endpoint.identification.algorithm": "https", "ssl.principal.mapping.rules": "DEFAULT"}
 _VERSIONS = {"TLSV1.2": ssl.TLSVersion.TLSv1_2, "TLSV1.3": ssl.TLSVersion.TLSv1_3}
@@ -40,11 +47,12 @@ HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects and stalls holds nothing lo
 @dataclass(frozen=True)
 class TlsSettings:
     key: keystores.KeyMaterial
-    trusted_pem: str | None  # None: the system's trusted authorities
+    trusted_pem: str | None  # None: the system's trusted authorities (for the other brokers' certificates)
     client_auth: str
     versions: tuple[ssl.TLSVersion, ssl.TLSVersion]  # lowest, highest
     check_hostname: bool
     rules: tuple[principal_rules.Rule, ...]
+    client_highest: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3  # ssl.protocol's cap on our own connections
 
     @functools.cached_property
     def server_context(self) -> ssl.SSLContext:
@@ -60,6 +68,7 @@ class TlsSettings:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = self.check_hostname
         self._common(context)
+        context.maximum_version = min(context.maximum_version, self.client_highest)
         return context
 
     def _common(self, context: ssl.SSLContext) -> None:
@@ -97,8 +106,22 @@ def _versions(text: str, key: str) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
     return chosen[0], chosen[-1]
 
 
-def read(props: dict[str, str], listener: str) -> TlsSettings:
-    """The listener's TLS settings; ConfigError naming the setting at fault."""
+def describe_failure(exc: BaseException) -> str:
+    """Why a TLS handshake failed, as OpenSSL or the OS put it, in a few words
+    (the same words on the broker's side, a peer's and the CLI's)."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or (
+            isinstance(exc, ConnectionAbortedError) and "taking longer" in str(exc)):  # asyncio's handshake timeout
+        return f"no handshake within {HANDSHAKE_TIMEOUT_S:g} s"
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or str(exc)).lower().replace("_", " ")
+        verify = getattr(exc, "verify_message", None)
+        return f"{reason}: {verify}" if verify else reason
+    return str(exc) or type(exc).__name__
+
+
+def read(props: dict[str, str], listener: str, sasl: bool = False) -> TlsSettings:
+    """The listener's TLS settings (``sasl``: a SASL_SSL listener's);
+    ConfigError naming the setting at fault."""
     prefix = f"listener.name.{listener.lower()}."
 
     def get(key: str) -> str | None:
@@ -109,18 +132,27 @@ def read(props: dict[str, str], listener: str) -> TlsSettings:
         raise ConfigError(f"listener {listener} serves TLS: set ssl.keystore.location (a PEM or PKCS12 file with "
                           f"the broker's key and certificate chain), or ssl.keystore.key and "
                           f"ssl.keystore.certificate.chain")
-    client_auth = (get("ssl.client.auth") or "none").strip().lower()
+    # SASL_SSL: a client's login is its SASL one, so the broker-wide setting (meant for SSL listeners) is not read
+    client_auth_text = props.get(prefix + "ssl.client.auth", "none") if sasl else get("ssl.client.auth") or "none"
+    client_auth = client_auth_text.strip().lower()
     if client_auth not in _CLIENT_AUTH:
-        raise ConfigError(f"ssl.client.auth={client_auth}: expected none, requested or required")
-    protocol = (get("ssl.protocol") or "TLS").strip().upper()
+        raise ConfigError(f"ssl.client.auth={client_auth_text}: expected none, requested or required")
+    trusted = keystores.truststore(get)
+    if client_auth != "none" and trusted is None:
+        raise ConfigError(f"ssl.client.auth={client_auth} needs ssl.truststore.location (or "
+                          f"ssl.truststore.certificates): the authorities a client certificate must lead to (the "
+                          f"system's would let any of theirs in)")
+    protocol_text = get("ssl.protocol") or "TLS"
+    protocol = protocol_text.strip().upper()
     if protocol not in ("TLS", *_VERSIONS):
-        raise ConfigError(f"ssl.protocol={protocol}: expected TLSv1.3, TLSv1.2 or TLS")
+        raise ConfigError(f"ssl.protocol={protocol_text}: expected TLSv1.3, TLSv1.2 or TLS")
     algorithm = (get("ssl.endpoint.identification.algorithm") or "").strip().lower()
     if algorithm not in ("", "https"):
         raise ConfigError(f"ssl.endpoint.identification.algorithm={algorithm}: expected https or empty")
-    settings = TlsSettings(key, keystores.truststore(get), client_auth,
+    settings = TlsSettings(key, trusted, client_auth,
                            _versions(get("ssl.enabled.protocols") or "", "ssl.enabled.protocols"),
-                           algorithm == "https", principal_rules.parse(get("ssl.principal.mapping.rules") or ""))
+                           algorithm == "https", principal_rules.parse(get("ssl.principal.mapping.rules") or ""),
+                           ssl.TLSVersion.TLSv1_2 if protocol == "TLSV1.2" else ssl.TLSVersion.TLSv1_3)
     try:  # what OpenSSL itself refuses (a key too weak for its security level, say) is said now
         settings.server_context  # noqa: B018
     except ssl.SSLError as exc:

@@ -50,6 +50,9 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root.setLevel(getattr(logging, level))
 
 
+_MAX_KEYS = 4096  # problems told apart at once; beyond, those not logged within the interval are forgotten
+
+
 class Throttled:
     """Logs a recurring problem once, then at most once per ``interval_s`` with
     how often it recurred meanwhile: a fault that repeats on every request or
@@ -62,6 +65,10 @@ class Throttled:
 
     def log(self, level: int, key: object, message: str, *args) -> None:
         now = time.monotonic()
+        if len(self._last) >= _MAX_KEYS:  # keys from strangers (their hosts) must not grow without bound
+            self._last = {k: v for k, v in self._last.items() if now - v[0] < self.interval_s}
+            if len(self._last) >= _MAX_KEYS:  # all recent: start afresh rather than sift on every call
+                self._last.clear()
         logged, repeats = self._last.get(key, (None, 0))
         if logged is not None and now - logged < self.interval_s:
             self._last[key] = (logged, repeats + 1)

@@ -60,7 +60,7 @@ _MAX_QUEUED = 64  # frames buffered before reading pauses (back-pressure)
 # socket.request.max.bytes per connection
 _MAX_QUEUED_BYTES = 4 * 2**20
 _MAX_OWED = 64  # answers owed at once before handling waits for the oldest
-_TLS_CHUNK_BYTES = 1 << 20  # records read at once for a TLS connection's answer
+_TLS_CHUNK_BYTES = 256 << 10  # records read (and held, while the client is slow) at once for a TLS answer
 
 
 class _RegionFile:
@@ -156,7 +156,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         (``ssl.principal.mapping.rules``); one no rule maps is refused, as in Kafka."""
         tls = cast(TlsSettings, self.tls)
         ssl_object = self.transport.get_extra_info("ssl_object")
-        principal = tls.principal(ssl_object) if ssl_object is not None else None
+        try:
+            principal = tls.principal(ssl_object) if ssl_object is not None else None
+        except ValueError as exc:  # a certificate OpenSSL took and ``cryptography`` cannot read
+            self._drop(f"cannot read its certificate's subject ({exc})")
+            return False
         if principal is None:
             self._drop("no rule of ssl.principal.mapping.rules maps its certificate's subject")
             return False
@@ -619,13 +623,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write_through_tls(self, region: FileRegion) -> None:
         """Records for a TLS connection: read from the file and encrypted in
-        turn, a chunk at a time, waiting while the client is slow to read."""
+        turn, a chunk at a time, each read only once the client took what came
+        before (a slow reader holds a chunk, not the region)."""
         done = 0
         while done < region.size:
+            await self.writable.wait()
+            if self.transport.is_closing():  # the client went: the rest has nowhere to go
+                raise ConnectionError("the connection closed during an answer")
             chunk = os.pread(region.fd, min(region.size - done, _TLS_CHUNK_BYTES), region.position + done)
             if not chunk:  # cut since it was located: the size prefix promised those bytes
                 raise ConnectionError(f"a segment file ended {region.size - done} bytes into an answer")
             self.transport.write(chunk)
             done += len(chunk)
-            await self.writable.wait()
-        self.ctx.bytes_out += region.size
+            self.ctx.bytes_out += len(chunk)

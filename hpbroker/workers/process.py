@@ -14,7 +14,6 @@ import os
 import resource
 import signal
 import socket
-import ssl
 from typing import cast
 
 from hpbroker.cluster.session_tracker import Session
@@ -23,7 +22,7 @@ from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.replication import client
 from hpbroker.replication.fetcher import FetcherSettings
 from hpbroker.security.sasl import SaslSession
-from hpbroker.security.tls import HANDSHAKE_TIMEOUT_S
+from hpbroker.security.tls import HANDSHAKE_TIMEOUT_S, describe_failure
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
 from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
@@ -339,7 +338,7 @@ class Worker:
             if tls is None:
                 log.warning("could not adopt a connection: %s", exc)
             else:  # a client speaking plaintext, an untrusted certificate, a scan: a line a minute a host and reason
-                why = _handshake_failure(exc)
+                why = describe_failure(exc)
                 self._handshake_failures.log(logging.WARNING, (peer[0], why), "TLS handshake with %s:%s failed: %s",
                                              *peer, why)
             sock.close()
@@ -478,12 +477,3 @@ def _peer_of(sock: socket.socket) -> tuple[str, object]:
         return sock.getpeername()[:2]
     except (OSError, ValueError):  # gone already, or not an address with a host (a socket pair)
         return "?", "?"
-
-
-def _handshake_failure(exc: BaseException) -> str:
-    """Why a TLS handshake failed, as OpenSSL or the OS put it, in a few words."""
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionAbortedError)):  # asyncio's timeout
-        return f"no handshake within {HANDSHAKE_TIMEOUT_S:g} s"
-    if isinstance(exc, ssl.SSLError):
-        return (exc.reason or str(exc)).lower().replace("_", " ")
-    return str(exc) or type(exc).__name__

@@ -6,7 +6,6 @@ cannot follow, and says why."""
 
 import json
 
-import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import (
     AdminClient,
@@ -19,6 +18,7 @@ from confluent_kafka.admin import (
 from harness.cluster import Cluster
 from harness.waiting import wait_for
 from hpbroker.cluster import znodes
+from tests.cluster.leader_kill import write_through_a_leader_kill
 
 TOPIC, PARTITIONS = "ledger", 3
 ADMIN = ("broker", "broker-secret")
@@ -57,41 +57,8 @@ def test_brokers_log_in_to_each_other_and_scram_users_survive_a_leader_kill(clus
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
     cluster.wait_in_sync(TOPIC, PARTITIONS)  # the followers logged in to fetch
 
-    acked: set[bytes] = set()
-
-    def produce(start: int, count: int) -> None:
-        producer = ck.Producer(client(cluster.bootstrap, "SCRAM-SHA-512", "writer", "writer-secret",
-                                      acks="all", **{"enable.idempotence": True}))
-
-        def delivered(err, msg):
-            if err is None:
-                acked.add(msg.value())
-        for n in range(start, start + count):
-            producer.produce(TOPIC, b"%d" % n, partition=n % PARTITIONS, on_delivery=delivered)
-        assert producer.flush(60) == 0
-
-    produce(0, 600)
-    victim = cluster.leader_of(TOPIC, 0)
-    cluster.kill(victim)
-    wait_for(lambda: cluster.leader_of(TOPIC, 0) != victim, 60, "a new leader of partition 0")
-    produce(600, 600)
-    assert len(acked) == 1200
-
-    consumer = ck.Consumer(client(cluster.bootstrap, "SCRAM-SHA-512", "writer", "writer-secret",
-                                  **{"group.id": "auditors", "auto.offset.reset": "earliest"}))
-    consumer.subscribe([TOPIC])
-    seen: list[bytes] = []
-    try:
-        def read_all() -> bool:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                seen.append(message.value() or b"")
-            return acked <= set(seen)
-        wait_for(read_all, 60, "every acknowledged record to be read")
-    finally:
-        consumer.close()
-    assert len(seen) == len(set(seen)), "a record stored twice"
-
+    writer = client(cluster.bootstrap, "SCRAM-SHA-512", "writer", "writer-secret")
+    victim = write_through_a_leader_kill(cluster, TOPIC, PARTITIONS, writer)
     cluster.start(victim)  # back, it logs in to the new leaders and catches up
     cluster.wait_in_sync(TOPIC, PARTITIONS)
 

@@ -1,12 +1,14 @@
-"""Thin, uniform wrappers over confluent-kafka and kafka-python for the tests:
+"""Thin, uniform wrappers over confluent-kafka, kafka-python and aiokafka for the tests:
 produce returns what the broker acknowledged, consume returns plain records,
 so a test can produce with one client and check with the other."""
 
+import asyncio
 import itertools
 import os
 import time
 from dataclasses import dataclass
 
+import aiokafka
 import confluent_kafka as ck
 import kafka  # kafka-python
 from kafka.structs import TopicPartition as KpTopicPartition
@@ -175,3 +177,37 @@ def kp_consume(bootstrap: str, topic: str, partitions, count: int, timeout: floa
 
 PRODUCE = {"confluent": ck_produce, "kafka-python": kp_produce}
 CONSUME = {"confluent": ck_consume, "kafka-python": kp_consume}
+
+
+# --- kafka-python and aiokafka together -----------------------------------------------
+def python_clients_round_trip(bootstrap: str, topic: str, kp_conf: dict, ak_conf: dict, count: int = 50) -> list:
+    """``count`` records from an idempotent kafka-python producer, as many from
+    aiokafka, all to partition 0, then every one read back by an aiokafka
+    consumer; each client with its settings for the listener (a login, TLS)."""
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **kp_conf)
+    futures = [producer.send(topic, b"kp-%d" % i, partition=0) for i in range(count)]
+    producer.flush(30)
+    assert all(f.get(10) for f in futures)
+    producer.close(10)
+
+    async def with_aiokafka() -> list[bytes]:
+        sender = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, **ak_conf)
+        await sender.start()
+        try:
+            for i in range(count):
+                await sender.send_and_wait(topic, b"ak-%d" % i, partition=0)
+        finally:
+            await sender.stop()
+        reader = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                           **ak_conf)
+        await reader.start()
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) < 2 * count and time.monotonic() < deadline:
+                for records in (await reader.getmany(timeout_ms=500)).values():
+                    got += [r.value or b"" for r in records]
+        finally:
+            await reader.stop()
+        return got
+    return asyncio.run(with_aiokafka())

@@ -7,7 +7,6 @@ ApiVersions is answered before the login; bare tokens after a v0 handshake;
 malformed tokens; the broker SIGTERMed, SIGKILLed and its workers SIGKILLed
 under logged-in idempotent producers; and ``hpbroker users``."""
 
-import asyncio
 import json
 import shutil
 import signal
@@ -15,10 +14,8 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 
-import aiokafka
 import confluent_kafka as ck
 import kafka
 import kafka.errors
@@ -29,7 +26,8 @@ from harness.sasl import ADMIN, add_scram_user, ck_conf, settings as sasl_settin
 from harness.waiting import wait_for
 from hpbroker.security import scram
 from tests.integration import node as nodejs
-from tests.integration.clients import ck_consume, topic_name
+from tests.integration.clients import ck_consume, python_clients_round_trip, topic_name
+from tests.integration.restarts import produce_through_a_restart
 from tests.integration.test_kafkajs import KAFKAJS
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
 
@@ -99,36 +97,8 @@ def test_librdkafka_logs_in_produces_and_reads_in_a_group(broker, mechanism):
 @pytest.mark.parametrize("mechanism", sorted(LOGINS))
 def test_kafka_python_and_aiokafka_log_in_too(broker, mechanism):
     topic = topic_name("sasl-py")
-    user, password = LOGINS[mechanism]
-    producer = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=True,
-                                   **kp_conf(mechanism, user, password))
-    futures = [producer.send(topic, b"kp-%d" % i, partition=0) for i in range(50)]
-    producer.flush(30)
-    assert all(f.get(10) for f in futures)
-    producer.close(10)
-
-    async def with_aiokafka() -> list[bytes]:
-        conf = kp_conf(mechanism, user, password)
-        sender = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.bootstrap, **conf)
-        await sender.start()
-        try:
-            for i in range(50):
-                await sender.send_and_wait(topic, b"ak-%d" % i, partition=0)
-        finally:
-            await sender.stop()
-        reader = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-                                           **conf)
-        await reader.start()
-        got: list[bytes] = []
-        try:
-            deadline = time.monotonic() + 30
-            while len(got) < 100 and time.monotonic() < deadline:
-                for records in (await reader.getmany(timeout_ms=500)).values():
-                    got += [r.value or b"" for r in records]
-        finally:
-            await reader.stop()
-        return got
-    values = asyncio.run(with_aiokafka())
+    conf = kp_conf(mechanism, *LOGINS[mechanism])
+    values = python_clients_round_trip(broker.bootstrap, topic, conf, conf)
     assert sorted(values) == sorted([b"kp-%d" % i for i in range(50)] + [b"ak-%d" % i for i in range(50)])
 
 
@@ -288,63 +258,8 @@ def test_logged_in_producers_lose_nothing_across_a_restart(broker_factory, how):
     b = start(broker_factory)
     add_scram_users(b.bootstrap)
     topic = topic_name("sasl-restart")
-    acked: dict[str, set[bytes]] = {"ck": set(), "kp": set()}
-    restarted = threading.Event()
-    errors: list[BaseException] = []
-
-    def with_librdkafka() -> None:
-        producer = ck.Producer({**ck_conf(b.bootstrap, "SCRAM-SHA-512", *LOGINS["SCRAM-SHA-512"]),
-                                "enable.idempotence": True, "linger.ms": 2, "message.timeout.ms": 120000})
-
-        def delivered(err, msg) -> None:
-            if err is None:
-                acked["ck"].add(msg.value())
-        i = 0
-        while not restarted.is_set() or i < 4000:
-            try:
-                producer.produce(topic, b"ck-%d" % i, partition=i % 2, on_delivery=delivered)
-                i += 1
-            except BufferError:
-                producer.poll(0.1)
-            producer.poll(0.002 if i % 10 == 0 else 0)
-        assert producer.flush(120) == 0
-
-    def with_kafka_python() -> None:
-        producer = kafka.KafkaProducer(bootstrap_servers=b.bootstrap, enable_idempotence=True, acks="all",
-                                       linger_ms=2, delivery_timeout_ms=120000, request_timeout_ms=30000,
-                                       reconnect_backoff_max_ms=1000, **kp_conf("PLAIN", *LOGINS["PLAIN"]))
-        futures = []
-        i = 0
-        while not restarted.is_set() or i < 2000:
-            futures.append((b"kp-%d" % i, producer.send(topic, b"kp-%d" % i, partition=i % 2)))
-            i += 1
-            if i % 20 == 0:
-                time.sleep(0.005)
-        producer.flush(120)
-        acked["kp"].update(v for v, f in futures if f.succeeded())
-        producer.close(30)
-
-    def guarded(work):
-        def run():
-            try:
-                work()
-            except BaseException as exc:  # noqa: BLE001 -- reported by the test below
-                errors.append(exc)
-        return run
-    threads = [threading.Thread(target=guarded(with_librdkafka)), threading.Thread(target=guarded(with_kafka_python))]
-    for t in threads:
-        t.start()
-    wait_for(lambda: len(acked["ck"]) >= 500, 60, "records acknowledged before the restart")
-    if how == signal.SIGKILL:
-        b.kill()
-        b.start()
-    else:
-        b.restart()
-    restarted.set()
-    for t in threads:
-        t.join(240)
-        assert not t.is_alive()
-    assert not errors, errors
+    acked = produce_through_a_restart(b, topic, how, ck_conf(b.bootstrap, "SCRAM-SHA-512", *LOGINS["SCRAM-SHA-512"]),
+                                      kp_conf("PLAIN", *LOGINS["PLAIN"]))
     assert len(acked["kp"]) > 1000, "kafka-python logged in again and got most records through"
     assert_acknowledged_once(stored(b.bootstrap, topic, [0, 1]), acked["ck"] | acked["kp"])
     log = b.log_text(since_start=True)
