@@ -231,6 +231,9 @@ class Broker:
         try:
             wait_for(self._ready, timeout, f"broker on {self.bootstrap} to answer Metadata")
             wait_for(lambda: len(self.worker_pids()) == self.num_workers, timeout, "every worker to be up")
+            # a worker killed before it said "ready" is one that could not boot: the broker stops
+            wait_for(lambda: "hpbroker.acceptor.supervisor: ready: " in self.log_text(since_start=True), timeout,
+                     "every worker to have booted")
         except BaseException:
             self._abort()
             raise
