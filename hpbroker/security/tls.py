@@ -116,6 +116,8 @@ def describe_failure(exc: BaseException) -> str:
         reason = (exc.reason or str(exc)).lower().replace("_", " ")
         verify = getattr(exc, "verify_message", None)
         return f"{reason}: {verify}" if verify else reason
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "the other side went away (connection reset)"
     return str(exc) or type(exc).__name__
 
 

@@ -339,8 +339,9 @@ class Worker:
                 log.warning("could not adopt a connection: %s", exc)
             else:  # a client speaking plaintext, an untrusted certificate, a scan: a line a minute a host and reason
                 why = describe_failure(exc)
-                self._handshake_failures.log(logging.WARNING, (peer[0], why), "TLS handshake with %s:%s failed: %s",
-                                             *peer, why)
+                # one that only went away (a reachability probe, a client stopped mid-handshake) is no warning
+                level = logging.DEBUG if isinstance(exc, (ConnectionResetError, BrokenPipeError)) else logging.WARNING
+                self._handshake_failures.log(level, (peer[0], why), "TLS handshake with %s:%s failed: %s", *peer, why)
             sock.close()
             self._closed(connection)
 
