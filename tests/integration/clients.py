@@ -87,19 +87,20 @@ def ck_consume(bootstrap: str, topic: str, partitions, count: int, timeout: floa
     return out
 
 
-def ck_watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "itest"})
+def ck_watermarks(bootstrap: str, topic: str, partition: int = 0, **conf) -> tuple[int, int]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "itest", **conf})
     try:
         return c.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=10)
     finally:
         c.close()
 
 
-def ck_consume_all(bootstrap: str, topic: str, partitions, timeout: float = 60) -> list[Rec]:
+def ck_consume_all(bootstrap: str, topic: str, partitions, timeout: float = 60, **conf) -> list[Rec]:
     """Everything below the high watermarks (retries may have stored more
-    records than were acknowledged, so a count from the producer is not enough)."""
-    total = sum(ck_watermarks(bootstrap, topic, p)[1] for p in partitions)
-    got = ck_consume(bootstrap, topic, partitions, total, timeout)
+    records than were acknowledged, so a count from the producer is not enough);
+    ``conf``: the client's settings for the listener (a login, TLS)."""
+    total = sum(ck_watermarks(bootstrap, topic, p, **conf)[1] for p in partitions)
+    got = ck_consume(bootstrap, topic, partitions, total, timeout, **conf)
     assert len(got) == total, f"read {len(got)} of {total} records below the high watermarks"
     return got
 

@@ -26,7 +26,7 @@ from harness.sasl import ADMIN, add_scram_user, ck_conf, settings as sasl_settin
 from harness.waiting import wait_for
 from hpbroker.security import scram
 from tests.integration import node as nodejs
-from tests.integration.clients import ck_consume, python_clients_round_trip, topic_name
+from tests.integration.clients import ck_consume_all, python_clients_round_trip, topic_name
 from tests.integration.restarts import produce_through_a_restart
 from tests.integration.test_kafkajs import KAFKAJS
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
@@ -59,16 +59,8 @@ def broker(tmp_path_factory):
 
 def stored(bootstrap: str, topic: str, partitions, login=("PLAIN", *ADMIN)) -> list[bytes]:
     """Every record below the high watermarks."""
-    conf = ck_conf(bootstrap, *login)
-    consumer = ck.Consumer({**conf, "group.id": "sasl-watermarks"})
-    try:
-        total = sum(consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1] for p in partitions)
-    finally:
-        consumer.close()
-    conf.pop("bootstrap.servers")
-    values = [r.value or b"" for r in ck_consume(bootstrap, topic, partitions, total, 60, **conf)]
-    assert len(values) == total
-    return values
+    conf = {k: v for k, v in ck_conf(bootstrap, *login).items() if k != "bootstrap.servers"}
+    return [r.value or b"" for r in ck_consume_all(bootstrap, topic, partitions, **conf)]
 
 
 @pytest.mark.parametrize("mechanism", sorted(LOGINS))

@@ -26,7 +26,7 @@ from harness.sasl import ADMIN, add_scram_user, settings as sasl_settings
 from harness.tls import Authority, broker_settings, ck_conf
 from harness.waiting import wait_for
 from tests.integration import node as nodejs
-from tests.integration.clients import ck_consume, python_clients_round_trip, topic_name
+from tests.integration.clients import ck_consume, ck_consume_all, python_clients_round_trip, topic_name
 from tests.integration.restarts import produce_through_a_restart
 from tests.integration.test_kafkajs import KAFKAJS
 from tests.integration.worker_kills import assert_acknowledged_once, produce_through_worker_kills
@@ -64,14 +64,7 @@ def kp_conf(pki, client: str | None = None) -> dict:
 
 def stored(bootstrap: str, topic: str, partitions, **conf) -> list[bytes]:
     """Every record below the high watermarks."""
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, **conf, "group.id": "tls-watermarks"})
-    try:
-        total = sum(consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10)[1] for p in partitions)
-    finally:
-        consumer.close()
-    values = [r.value or b"" for r in ck_consume(bootstrap, topic, partitions, total, 60, **conf)]
-    assert len(values) == total
-    return values
+    return [r.value or b"" for r in ck_consume_all(bootstrap, topic, partitions, **conf)]
 
 
 def without_bootstrap(conf: dict) -> dict:
