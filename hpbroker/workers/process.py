@@ -327,7 +327,7 @@ class Worker:
 
     async def _attach(self, sock, connection: KafkaConnection) -> None:
         tls = connection.tls
-        peer = _peer_of(sock)  # before the handshake: a failed one closes the socket
+        peer = _peer_of(sock) if tls is not None else None  # before the handshake: a failed one closes the socket
         try:
             if tls is None:
                 await asyncio.get_running_loop().connect_accepted_socket(lambda: connection, sock)
@@ -335,7 +335,7 @@ class Worker:
                 await asyncio.get_running_loop().connect_accepted_socket(
                     lambda: connection, sock, ssl=tls.server_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
-            if tls is None:
+            if tls is None or peer is None:
                 log.warning("could not adopt a connection: %s", exc)
             else:  # a client speaking plaintext, an untrusted certificate, a scan: a line a minute a host and reason
                 why = describe_failure(exc)
