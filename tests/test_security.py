@@ -238,7 +238,7 @@ def test_a_broker_logging_in_refuses_a_strange_server(server_first):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"security.inter.broker.protocol": "SASL_PLAINTEXT"}, "the brokers meet on the one listener"),
+    ({"security.inter.broker.protocol": "SASL_PLAINTEXT"}, "no listener has that protocol"),
     ({"connections.max.reauth.ms": "3600000"}, "re-authentication is not supported"),
 ])
 def test_kafkas_other_sasl_settings_are_read(settings, message):

@@ -110,3 +110,40 @@ def test_socket_activation_the_acceptor_adopts_the_passed_listener(tmp_path):
         assert broker.wait(60) == 0
     finally:
         _reap(broker, stderr)
+
+
+def test_socket_activation_with_a_socket_per_listener(tmp_path):
+    """A unit with a ListenStream= per listener passes several sockets, in the
+    unit's order: each is matched to its listener by port, whatever the order."""
+    from harness.broker import metadata_ping
+    from harness.waiting import wait_for
+
+    sockets = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        sockets.append(s)
+    first, second = (s.getsockname()[1] for s in sockets)
+    stderr = open(tmp_path / "stderr.log", "w")
+    # the second listener's socket comes first, as fd 3
+    launcher = ("import os, sys; a, b = int(sys.argv[1]), int(sys.argv[2]); os.dup2(b, 3); os.dup2(a, 4); "
+                "os.close(a); os.close(b); os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='2'); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'hpbroker', 'serve', *sys.argv[3:]])")
+    fds = tuple(s.fileno() for s in sockets)
+    broker = subprocess.Popen(
+        [sys.executable, "-c", launcher, *map(str, fds), "--data-dir", str(tmp_path / "data"),
+         "--set", f"listeners=PLAINTEXT://127.0.0.1:{first},INTERNAL://127.0.0.1:{second}",
+         "--set", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"],
+        stderr=stderr, cwd=REPO, pass_fds=fds)
+    for s in sockets:
+        s.close()
+    try:
+        for port in (first, second):
+            assert wait_for(lambda: metadata_ping("127.0.0.1", port), timeout=60, what=f"the broker on {port}")
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(60) == 0
+    finally:
+        _reap(broker, stderr)
+    log = (tmp_path / "stderr.log").read_text()
+    assert f"listening on PLAINTEXT 127.0.0.1:{first}, INTERNAL 127.0.0.1:{second}" in log

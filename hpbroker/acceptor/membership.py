@@ -23,6 +23,7 @@ import threading
 from hpbroker.cluster.board_publisher import BoardPublisher
 from hpbroker.cluster.controller import ControllerSettings
 from hpbroker.cluster.member import ClusterMember, MemberSettings
+from hpbroker.cluster.znodes import Endpoint
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import checkpoints
 
@@ -31,7 +32,9 @@ log = logging.getLogger(__name__)
 
 def member_settings(config: BrokerConfig) -> MemberSettings:
     session_ms = config["zookeeper.session.timeout.ms"]
-    advertised = config.advertised
+    advertised = config.inter_broker_endpoint
+    others = tuple(Endpoint(a.name, a.host, a.port, config.securities[a.name].protocol)
+                   for a in config.advertised if a.name != advertised.name)
     # broker.id given explicitly pins the id; otherwise the stored one, else a generated one (Kafka's -1)
     explicit = "broker.id" in config.props or "node.id" in config.props
     return MemberSettings(
@@ -39,7 +42,8 @@ def member_settings(config: BrokerConfig) -> MemberSettings:
         connection_timeout_ms=config["zookeeper.connection.timeout.ms"] or session_ms,
         broker_id=config.broker_id if explicit and config.broker_id >= 0 else None,
         generate_broker_id=config["broker.id.generation.enable"], host=advertised.host, port=advertised.port,
-        rack=config["broker.rack"], listener=config.security.listener, security_protocol=config.security.protocol,
+        rack=config["broker.rack"], listener=advertised.name, security_protocol=config.security.protocol,
+        other_endpoints=others,
         controller=ControllerSettings(
             unclean_leader_election=config.log.unclean_leader_election,
             auto_leader_rebalance=config["auto.leader.rebalance.enable"],

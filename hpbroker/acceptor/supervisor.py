@@ -55,7 +55,7 @@ from hpbroker.acceptor.notify import Notifier
 from hpbroker.acceptor.worker_pool import WorkerPool
 from hpbroker.cluster.member import ClusterJoinError
 from hpbroker.server import control_channel, metrics_dir
-from hpbroker.server.config import BrokerConfig, parse_listener
+from hpbroker.server.config import BrokerConfig, Listener, parse_listener
 from hpbroker.server.control_channel import ControlMessageError, Kind
 from hpbroker.storage.config import ConfigError
 from hpbroker.storage.log_dir_roots import LogDirRoots
@@ -66,23 +66,39 @@ MAX_HELD_CONNECTIONS = 1024  # accepted but not yet with a worker: beyond, the b
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # pause after accept() fails for want of descriptors, doubling
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 STATUS_INTERVAL_S = 5.0
-# Settings that shape the process tree, the directories or what the listener is: a reload
+# Settings that shape the process tree, the directories or what the listeners are: a reload
 # cannot change them.  (A SASL listener's mechanisms and PLAIN users, and a TLS listener's
 # keystore and truststore, do change on reload.)
 RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
                                "num.workers", "worker.cpu.affinity", "zookeeper.connect",
-                               "socket.request.max.bytes", "listener.security.protocol.map"})
+                               "socket.request.max.bytes", "listener.security.protocol.map",
+                               "inter.broker.listener.name", "security.inter.broker.protocol"})
 
 
 class BrokerStartError(Exception):
     """The broker could not start; the message says why in one line."""
 
 
-def systemd_listener() -> socket.socket | None:
-    """The socket systemd passed us (socket activation), if any."""
-    if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS", "0")) < 1:
-        return None
-    return socket.socket(fileno=3)
+def systemd_sockets() -> list[socket.socket]:
+    """The sockets systemd passed us (socket activation), in the unit's order."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return []
+    return [socket.socket(fileno=3 + i) for i in range(int(os.environ.get("LISTEN_FDS", "0")))]
+
+
+def open_listeners(listeners: tuple[Listener, ...]) -> list[socket.socket]:
+    """A listening socket per listener, in their order: systemd's when it passed
+    one for that port (or passed one and there is one listener), else bound here."""
+    passed = systemd_sockets()
+    if len(passed) == 1 and len(listeners) == 1:
+        return passed
+    by_port = {s.getsockname()[1]: s for s in passed if s.family in (socket.AF_INET, socket.AF_INET6)}
+    found = [by_port.pop(listener.port, None) or bind_listener(listener.host, listener.port)
+             for listener in listeners]
+    for unused in by_port.values():
+        log.warning("systemd passed a socket on port %d that no listener has; closing it", unused.getsockname()[1])
+        unused.close()
+    return found
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -113,7 +129,7 @@ class Supervisor:
         self.boot_failure = ""
         self.pool = WorkerPool(config.worker_cpus, self.selector, lambda: self.config, f"{os.getpid()}",
                                self._forget_parent_state)
-        self.accepting = False  # the listener is in the selector
+        self.accepting = False  # the listeners are in the selector
         self.scraping = False  # the metrics listener is in the selector
         self.accept_paused_until = 0.0
         self.accept_backoff = ACCEPT_BACKOFF_S[0]
@@ -149,10 +165,9 @@ class Supervisor:
 
     def _start_serving(self) -> None:
         cfg = self.config
-        listener = cfg.listener
-        self.listener = systemd_listener() or bind_listener(listener.host, listener.port)
-        self.listener.setblocking(False)
-        self.address = self.listener.getsockname()
+        self.listeners = open_listeners(cfg.listeners)
+        for sock in self.listeners:
+            sock.setblocking(False)
         self.metrics_path = metrics_dir.prepare()  # before anything imports prometheus-client
         self.metrics_endpoint = None
         if cfg["metrics.listen"]:
@@ -173,8 +188,15 @@ class Supervisor:
             assert self.pool.memory.board is not None  # the pool made one: cluster mode
             self.lent = membership.lend_session(self.member, self.config, self.pool.memory.board, self.pool.broker_tag)
         self.pool.start(self.clean, self.cluster_id)
-        log.info("hpbroker listening on %s:%d with %d workers (cluster %s), data in %s",
-                 self.address[0], self.address[1], len(self.pool), self.cluster_id, ", ".join(cfg.log_dirs))
+        log.info("hpbroker listening on %s with %d workers (cluster %s), data in %s", self._where(), len(self.pool),
+                 self.cluster_id, ", ".join(cfg.log_dirs))
+
+    def _where(self) -> str:
+        """``host:port``, or with several listeners each as ``NAME host:port``."""
+        addresses = ["%s:%d" % sock.getsockname()[:2] for sock in self.listeners]
+        if len(addresses) == 1:
+            return addresses[0]
+        return ", ".join(f"{listener.name} {address}" for listener, address in zip(self.config.listeners, addresses))
 
     def _join_cluster(self) -> None:
         """Cluster mode: lock the directories, join with the ids they record,
@@ -223,7 +245,8 @@ class Supervisor:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.sock.close()
         self.selector.close()
-        self.listener.close()
+        for sock in self.listeners:
+            sock.close()
         os.close(self.wakeup_r)
         os.close(self.wakeup_w)
         self.root.unlock()  # this process's copies: the acceptor keeps the directory locks
@@ -242,7 +265,7 @@ class Supervisor:
             self._update_accepting(time.monotonic())
             for key, _ in self.selector.select(timeout=self._select_timeout()):
                 if key.data == "accept":
-                    self._accept()
+                    self._accept(cast(socket.socket, key.fileobj))
                 elif key.data == "metrics":
                     assert self.metrics_endpoint is not None  # registered only when there is one
                     try:
@@ -321,9 +344,11 @@ class Supervisor:
         wanted = (not self.stopping and self.pool.any_ready() and not self.accept_paused_until
                   and self.pool.handoff.held() < MAX_HELD_CONNECTIONS)
         if wanted and not self.accepting:
-            self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+            for sock in self.listeners:
+                self.selector.register(sock, selectors.EVENT_READ, "accept")
         elif self.accepting and not wanted:
-            self.selector.unregister(self.listener)
+            for sock in self.listeners:
+                self.selector.unregister(sock)
         self.accepting = wanted
         # the metrics listener too pauses while descriptors are short (it would spin as well)
         endpoint = self.metrics_endpoint
@@ -335,10 +360,10 @@ class Supervisor:
                 self.selector.unregister(endpoint.sock)
             self.scraping = scrape
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while self.pool.handoff.held() < MAX_HELD_CONNECTIONS:
             try:
-                conn, _addr = self.listener.accept()
+                conn, _addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -425,11 +450,12 @@ class Supervisor:
     # --- stop ----------------------------------------------------------------------
     def _finish_stop(self) -> int:
         self.notifier.stopping()
-        try:
-            self.selector.unregister(self.listener)
-        except (KeyError, ValueError):
-            pass
-        self.listener.close()
+        for sock in self.listeners:
+            try:
+                self.selector.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            sock.close()
         deadline = time.monotonic() + self.config["shutdown.timeout.ms"] / 1000
         self.pool.drain(time.monotonic() + self.config["shutdown.timeout.ms"] / 2000)
         workers_clean = self.pool.stop(deadline)

@@ -20,8 +20,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--data-dir",
                         help="log directory, sets log.dirs (default ./data unless the config file sets it)")
     parser.add_argument("--listen", metavar="HOST:PORT",
-                        help="sets listeners=NAME://HOST:PORT, NAME the configured listener's (default "
-                             "PLAINTEXT://127.0.0.1:9092)")
+                        help="sets the first listener's address: listeners=NAME://HOST:PORT, NAME the configured "
+                             "listener's (default PLAINTEXT://127.0.0.1:9092); any others stay as configured")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--log-format", default="text", choices=["text", "json"],
                         help="text (journald-aware) or one JSON object per line")
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from hpbroker.acceptor.supervisor import BrokerStartError, Supervisor
-    from hpbroker.server.config import BrokerConfig, parse_listener, parse_overrides, read_properties_file
+    from hpbroker.server.config import BrokerConfig, parse_listeners, parse_overrides, read_properties_file
 
     logging_setup.setup(args.log_level, args.log_format)
 
@@ -39,11 +39,13 @@ def run(args) -> int:
         overrides = parse_overrides(args.set)
         if args.data_dir:
             overrides["log.dirs"] = args.data_dir
-        if args.listen:  # the listener's name (so its security protocol) stays the one configured
+        if args.listen:  # the first listener's name (so its security protocol) stays the one configured
             named = overrides.get("listeners") or (read_properties_file(args.config).get("listeners", "")
                                                    if args.config else "")
-            name = parse_listener(named).name if named else "PLAINTEXT"
-            overrides["listeners"] = f"{name}://{args.listen}"
+            listeners = [f"{x.name}://{x.host}:{x.port}" for x in parse_listeners(named, "listeners")] \
+                if named else ["PLAINTEXT://"]
+            first = listeners[0].partition("://")[0]
+            overrides["listeners"] = ",".join([f"{first}://{args.listen}", *listeners[1:]])
         config = BrokerConfig.from_sources(file=args.config, overrides=overrides)
         if "log.dirs" not in config.props and "log.dir" not in config.props:
             config = BrokerConfig.from_sources(file=args.config, overrides={**overrides, "log.dirs": "./data"})

@@ -44,8 +44,9 @@ class MemberSettings:
     host: str = "127.0.0.1"
     port: int = 9092
     rack: str | None = None
-    listener: str = "PLAINTEXT"  # the listener's name, and its security protocol, for the registration
+    listener: str = "PLAINTEXT"  # the brokers' listener's name, and its security protocol, for the registration
     security_protocol: str = "PLAINTEXT"
+    other_endpoints: tuple[znodes.Endpoint, ...] = ()  # the clients' other listeners
     controller: ControllerSettings = ControllerSettings()
 
 
@@ -76,7 +77,8 @@ class ClusterMember:
             self.registration = registration.Registration(
                 self.client, znodes.BrokerRegistration(self.broker_id, s.host, s.port, s.rack, s.listener,
                                                        timestamp_ms=now_ms(),
-                                                       security_protocol=s.security_protocol),
+                                                       security_protocol=s.security_protocol,
+                                                       others=s.other_endpoints),
                 on_lost=self._session_ok.clear, on_registered=self._session_ok.set,
                 stale_wait_s=s.session_timeout_ms / 1000 + 2)
             self.registration.start()

@@ -94,9 +94,22 @@ def broker_path(broker_id: int) -> str:
 
 
 @dataclass(frozen=True)
+class Endpoint:
+    """One of a broker's listeners as its registration advertises it."""
+    listener: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class BrokerRegistration:
     broker_id: int
-    host: str
+    host: str  # host, port, listener and security_protocol: the endpoint the brokers meet on
     port: int
     rack: str | None = None
     listener: str = "PLAINTEXT"
@@ -107,15 +120,28 @@ class BrokerRegistration:
     # (czxid), never written into it; -1 when not known.
     epoch: int = -1
     security_protocol: str = "PLAINTEXT"  # the listener's (listener_security_protocol_map)
+    others: tuple[Endpoint, ...] = ()  # the broker's other listeners, for the clients that connect through them
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """Every listener, the brokers' own first (so it is the first a reader finds)."""
+        return (Endpoint(self.listener, self.host, self.port, self.security_protocol), *self.others)
 
     @property
     def endpoint(self) -> str:
-        return f"{self.listener}://{self.host}:{self.port}"
+        return str(self.endpoints[0])
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where the listener named ``listener`` is reached; None when the broker has no such listener."""
+        for e in self.endpoints:
+            if e.listener == listener:
+                return e.host, e.port
+        return None
 
     def encode(self) -> bytes:
         value = {
-            "version": 5, "host": self.host, "port": self.port, "endpoints": [self.endpoint],
-            "listener_security_protocol_map": {self.listener: self.security_protocol},
+            "version": 5, "host": self.host, "port": self.port, "endpoints": [str(e) for e in self.endpoints],
+            "listener_security_protocol_map": {e.listener: e.security_protocol for e in self.endpoints},
             "jmx_port": -1, "timestamp": str(self.timestamp_ms), "features": {},
         }
         if self.rack is not None:
@@ -126,22 +152,23 @@ class BrokerRegistration:
     def decode(cls, broker_id: int, data: bytes, epoch: int = -1) -> "BrokerRegistration":
         path = broker_path(broker_id)
         obj = _load(path, data)
-        endpoints = obj.get("endpoints") or []
-        if endpoints:
-            # the first endpoint: "NAME://host:port" (host may be a bracketed IPv6 address)
-            name, _, address = str(endpoints[0]).partition("://")
+        protocols = obj.get("listener_security_protocol_map")
+        protocols = protocols if isinstance(protocols, dict) else {}
+        endpoints = []
+        for text in obj.get("endpoints") or []:
+            # "NAME://host:port" (host may be a bracketed IPv6 address)
+            name, _, address = str(text).partition("://")
             host, _, port = address.rpartition(":")
             if not port.isdigit():
-                raise ZnodeFormatError(f"{path}: endpoint {endpoints[0]!r} is not NAME://HOST:PORT")
-            listener, host, port = name, host.strip("[]"), int(port)
-        else:  # version 1 registrations carry only host and port
-            listener, host, port = "PLAINTEXT", _field(path, obj, "host", str), _field(path, obj, "port", int)
+                raise ZnodeFormatError(f"{path}: endpoint {text!r} is not NAME://HOST:PORT")
+            endpoints.append(Endpoint(name, host.strip("[]"), int(port), str(protocols.get(name, "PLAINTEXT"))))
+        if not endpoints:  # version 1 registrations carry only host and port
+            endpoints.append(Endpoint("PLAINTEXT", _field(path, obj, "host", str), _field(path, obj, "port", int)))
         rack = obj.get("rack")
         timestamp = _field(path, obj, "timestamp", int, 0)
-        protocols = obj.get("listener_security_protocol_map")
-        protocol = protocols.get(listener, "PLAINTEXT") if isinstance(protocols, dict) else "PLAINTEXT"
-        return cls(broker_id, host, port, rack if isinstance(rack, str) else None, listener, timestamp, epoch,
-                   str(protocol))
+        first = endpoints[0]
+        return cls(broker_id, first.host, first.port, rack if isinstance(rack, str) else None, first.listener,
+                   timestamp, epoch, first.security_protocol, tuple(endpoints[1:]))
 
 
 # --- /controller, /controller_epoch ---------------------------------------------------

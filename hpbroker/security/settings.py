@@ -73,8 +73,9 @@ def protocol_map(text: str) -> dict[str, str]:
 
 
 def read(props: dict[str, str], listener: str, protocol_map_text: str, enabled_text: str,
-         inter_broker_mechanism: str, clustered: bool) -> ListenerSecurity:
-    """The listener's security; ConfigError naming the setting at fault."""
+         inter_broker_mechanism: str, logs_in: bool) -> ListenerSecurity:
+    """The listener's security; ConfigError naming the setting at fault.  ``logs_in``: the
+    brokers connect to each other through this listener, so this one needs its own login."""
     mapping = protocol_map(protocol_map_text)
     protocol = mapping.get(listener.upper())
     if protocol is None:
@@ -106,7 +107,7 @@ def read(props: dict[str, str], listener: str, protocol_map_text: str, enabled_t
                               f"a PlainLoginModule entry with its users (user_<name>=\"<password>\")")
         plain_users = entry.users()
     login = None
-    if clustered:  # the other brokers are reached through this listener: the broker logs in as they ask
+    if logs_in:  # the other brokers are reached through this listener: the broker logs in as they ask
         mechanism = inter_broker_mechanism.strip().upper()
         jaas_key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
         if mechanism not in mechanisms:

@@ -57,7 +57,7 @@ BROKER_KEYS = {
     # mechanism that needs nothing but the listener's JAAS entry
     "sasl.enabled.mechanisms": (str, "PLAIN"),
     "sasl.mechanism.inter.broker.protocol": (str, "PLAIN"),
-    # Kafka's default is PLAINTEXT; here the brokers meet on the one listener, so it may only name its protocol
+    # Kafka's default is PLAINTEXT (the listener of that name); unset here, one listener needs no naming
     "security.inter.broker.protocol": (str, None),
     "sasl.server.max.receive.size": (int, 524288),  # the largest frame before the login
     "connection.failed.authentication.delay.ms": (int, 100),
@@ -213,19 +213,31 @@ WILDCARD_HOSTS = ("0.0.0.0", "::")
 
 
 def parse_listener(text: str) -> Listener:
-    """``NAME://host:port`` (the first of a comma-separated list), or ``host:port``
-    (PLAINTEXT); the name's security protocol is ``listener.security.protocol.map``'s.
-    An empty host (``PLAINTEXT://:9092``) binds every interface, as in Kafka."""
-    first = text.split(",")[0].strip()
-    name, sep, rest = first.partition("://")
+    """``NAME://host:port``, or ``host:port`` (PLAINTEXT); the name's security
+    protocol is ``listener.security.protocol.map``'s.  An empty host
+    (``PLAINTEXT://:9092``) binds every interface, as in Kafka."""
+    text = text.strip()
+    name, sep, rest = text.partition("://")
     if not sep:
-        name, rest = "PLAINTEXT", first
+        name, rest = "PLAINTEXT", text
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
-        raise ConfigError(f"listener {first!r}: a listener's name is letters, digits and '_'")
+        raise ConfigError(f"listener {text!r}: a listener's name is letters, digits and '_'")
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listener {first!r}: expected HOST:PORT")
+        raise ConfigError(f"listener {text!r}: expected HOST:PORT")
     return Listener(name.upper(), host.strip("[]"), int(port))
+
+
+def parse_listeners(text: str, key: str) -> tuple[Listener, ...]:
+    """A comma-separated list of listeners, each name once (``key`` names the setting in errors)."""
+    found = tuple(parse_listener(part) for part in text.split(",") if part.strip())
+    if not found:
+        raise ConfigError(f"{key} is empty")
+    names = [listener.name for listener in found]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{key}: listener {twice} is given twice; each listener has its own name")
+    return found
 
 
 @dataclass(frozen=True)
@@ -251,7 +263,7 @@ class BrokerConfig:
         for key, (_, default) in BROKER_KEYS.items():
             values.setdefault(key, default)
         config = cls(props=props, values=values, log=LogConfig.from_broker_properties(props))
-        config.security  # noqa: B018 -- checked now: a broker that starts can log its clients and peers in
+        config.securities  # noqa: B018 -- checked now: a broker that starts can log its clients and peers in
         return config
 
     def __getitem__(self, key: str):
@@ -267,41 +279,108 @@ class BrokerConfig:
         node = self.values["node.id"]
         return self.values["broker.id"] if node is None else node
 
-    @property
-    def listener(self) -> Listener:
-        return parse_listener(self.values["listeners"])
+    @functools.cached_property
+    def listeners(self) -> tuple[Listener, ...]:
+        """What the broker binds, in the order given.  Each has its own port: a
+        connection's listener is known by the port it came in on."""
+        found = parse_listeners(self.values["listeners"], "listeners")
+        if len(found) > 1:
+            ports = [listener.port for listener in found]
+            if 0 in ports or len(set(ports)) < len(ports):
+                raise ConfigError(f"listeners {self.values['listeners']}: give each listener a port of its own")
+        return found
 
     @functools.cached_property
-    def security(self) -> settings.ListenerSecurity:
-        """The listener's security protocol and, for SASL, its mechanisms and users."""
-        security = settings.read(self.props, self.listener.name, self.values["listener.security.protocol.map"],
-                                 self.values["sasl.enabled.mechanisms"],
-                                 self.values["sasl.mechanism.inter.broker.protocol"],
-                                 clustered=bool(self.values["zookeeper.connect"]))
-        inter_broker = self.values["security.inter.broker.protocol"]
-        if inter_broker is not None and inter_broker.strip().upper() != security.protocol:
-            raise ConfigError(f"security.inter.broker.protocol={inter_broker}: the brokers meet on the one listener, "
-                              f"{security.listener} ({security.protocol})")
+    def inter_broker_listener(self) -> str:
+        """The listener the brokers connect to each other through:
+        ``inter.broker.listener.name``, else the listener named after
+        ``security.inter.broker.protocol`` (or the one listener with that
+        protocol), else the only listener, else the one named PLAINTEXT (Kafka's
+        default protocol)."""
+        names = [listener.name for listener in self.listeners]
+        chosen, protocol = self.values["inter.broker.listener.name"], self.values["security.inter.broker.protocol"]
+        if chosen is not None and protocol is not None:
+            raise ConfigError("set inter.broker.listener.name or security.inter.broker.protocol, not both")
+        if chosen is not None:
+            name = chosen.strip().upper()
+            if name not in names:
+                raise ConfigError(f"inter.broker.listener.name={chosen}: no such listener (listeners: "
+                                  f"{', '.join(names)})")
+        elif protocol is not None:
+            wanted = protocol.strip().upper()
+            named = [n for n in names if n == wanted] or [n for n in names if self.protocol_of(n) == wanted]
+            if len(named) != 1:
+                raise ConfigError(f"security.inter.broker.protocol={protocol}: "
+                                  f"{'no' if not named else 'more than one'} listener has that protocol; name the "
+                                  f"brokers' listener with inter.broker.listener.name")
+            name = named[0]
+        elif len(names) == 1:
+            name = names[0]
+        elif "PLAINTEXT" in names:
+            name = "PLAINTEXT"
+        else:
+            raise ConfigError(f"listeners {', '.join(names)}: name the one the brokers connect to each other "
+                              f"through with inter.broker.listener.name")
+        if name not in (listener.name for listener in self._advertised_as_given()):
+            raise ConfigError(f"advertised.listeners has no {name}, the listener the brokers connect through")
+        return name
+
+    def protocol_of(self, listener: str) -> str | None:
+        return settings.protocol_map(self.values["listener.security.protocol.map"]).get(listener)
+
+    @functools.cached_property
+    def securities(self) -> dict[str, settings.ListenerSecurity]:
+        """Each listener's security protocol and, for SASL, its mechanisms and
+        users; for TLS, its keys and certificates."""
+        clustered = bool(self.values["zookeeper.connect"])
+        inter_broker = self.inter_broker_listener
+        found = {listener.name: settings.read(self.props, listener.name,
+                                              self.values["listener.security.protocol.map"],
+                                              self.values["sasl.enabled.mechanisms"],
+                                              self.values["sasl.mechanism.inter.broker.protocol"],
+                                              logs_in=clustered and listener.name == inter_broker)
+                 for listener in self.listeners}
         if self.values["connections.max.reauth.ms"] != 0:
             raise ConfigError("connections.max.reauth.ms: re-authentication is not supported (only 0)")
-        return security
+        return found
 
     @property
-    def advertised(self) -> Listener:
+    def security(self) -> settings.ListenerSecurity:
+        """The security of the listener the brokers connect to each other through."""
+        return self.securities[self.inter_broker_listener]
+
+    @functools.cached_property
+    def advertised(self) -> tuple[Listener, ...]:
         """What Metadata (and the broker's registration) tells clients and other
-        brokers to connect to: ``advertised.listeners``, else the listener.  As
-        in Kafka, a listener with no host advertises this machine's name, and a
-        wildcard address cannot be advertised: nobody can connect to it."""
+        brokers to connect to: ``advertised.listeners``, else the listeners,
+        each name one of the listeners'.  As in Kafka, a listener with no host
+        advertises this machine's name, and a wildcard address cannot be
+        advertised: nobody can connect to it."""
+        key = "advertised.listeners" if self.values["advertised.listeners"] else "listeners"
+        found = []
+        for listener in self._advertised_as_given():
+            if listener.host in WILDCARD_HOSTS:
+                raise ConfigError(f"{key} {listener.host}:{listener.port} cannot be advertised (no client can "
+                                  f"connect to a wildcard address): set advertised.listeners to this broker's "
+                                  f"reachable address, e.g. {listener.name}://{socket.getfqdn()}:{listener.port}")
+            found.append(listener if listener.host else Listener(listener.name, socket.getfqdn(), listener.port))
+        return tuple(found)
+
+    def _advertised_as_given(self) -> tuple[Listener, ...]:
         text = self.values["advertised.listeners"]
-        listener = parse_listener(text) if text else self.listener
-        if listener.host in WILDCARD_HOSTS:
-            key = "advertised.listeners" if text else "listeners"
-            raise ConfigError(f"{key} {listener.host}:{listener.port} cannot be advertised (no client can connect "
-                              f"to a wildcard address): set advertised.listeners to this broker's reachable "
-                              f"address, e.g. PLAINTEXT://{socket.getfqdn()}:{listener.port}")
-        if not listener.host:
-            listener = Listener(listener.name, socket.getfqdn(), listener.port)
-        return listener
+        if not text:
+            return self.listeners
+        given = parse_listeners(text, "advertised.listeners")
+        names = [listener.name for listener in self.listeners]
+        stranger = next((a.name for a in given if a.name not in names), None)
+        if stranger is not None:
+            raise ConfigError(f"advertised.listeners: {stranger} is not one of the listeners ({', '.join(names)})")
+        return given
+
+    @property
+    def inter_broker_endpoint(self) -> Listener:
+        """Where the other brokers reach this one."""
+        return next(a for a in self.advertised if a.name == self.inter_broker_listener)
 
     @property
     def worker_cpus(self) -> list[int | None]:
@@ -329,6 +408,6 @@ class BrokerConfig:
         if connect and not connect.strip().partition("/")[0]:
             raise ConfigError(f"zookeeper.connect {connect!r} names no server: "
                               "expected host:port[,host:port...][/chroot]")
-        self.advertised  # parses the listeners and refuses a wildcard that would be advertised
+        self.inter_broker_endpoint  # noqa: B018 -- parses the listeners, refuses a wildcard that would be advertised
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])

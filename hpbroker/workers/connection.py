@@ -47,7 +47,7 @@ from hpbroker.security.principal_rules import ANONYMOUS
 from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, SaslFailure, SaslSession, Stage
 from hpbroker.security.tls import TlsSettings
 from hpbroker.workers import affinity, eager, observe, partition_moves
-from hpbroker.workers.context import CLIENT_HOST, CloseConnection, Later
+from hpbroker.workers.context import CLIENT_HOST, LISTENER, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.gathering import Gathering
 
@@ -91,8 +91,9 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None,
-                 sasl: SaslSession | None = None, tls: TlsSettings | None = None):
+                 sasl: SaslSession | None = None, tls: TlsSettings | None = None, listener: str | None = None):
         self.ctx = ctx
+        self.listener = listener  # the name of the listener it came in on
         self.sasl = sasl  # on a SASL listener: the login, which must succeed before anything but ApiVersions
         self.tls = tls  # on a TLS listener: records are read from the files and written through it (no sendfile)
         self.routes = routes
@@ -171,6 +172,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _enter(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
+        LISTENER.set(self.listener)
         SESSION.set(self.sasl)
         affinity.ROUTE.set(self.route)
         partition_moves.CALLER.set(self.source)

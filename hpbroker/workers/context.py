@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # connection serves from its own task, hence its own context); DescribeGroups
 # shows it per member, as Kafka does ("/127.0.0.1").
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+# The listener that connection came in on: Metadata and FindCoordinator answer
+# with the brokers' addresses on that listener (None: the brokers' own).
+LISTENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("listener", default=None)
 
 
 class CloseConnection(Exception):

@@ -8,6 +8,7 @@ and reports ``ready``, heartbeats, closed connections and a boot failure.
 """
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -34,7 +35,7 @@ from hpbroker.storage import LogManager
 from hpbroker.workers import observe
 from hpbroker.workers.broker_clients import BrokerClients
 from hpbroker.workers.cluster_topics import ClusterTopics
-from hpbroker.workers.cluster_view import BrokerNode, ImageView
+from hpbroker.workers.cluster_view import BrokerNode, ImageView, StandaloneView
 from hpbroker.workers.connection import KafkaConnection
 from hpbroker.workers.context import BrokerIdentity, WorkerContext
 from hpbroker.workers.control_endpoint import ControlEndpoint
@@ -213,10 +214,14 @@ class Worker:
         self.peers = PeerClient(self.broker_tag, sender, observe.peer_payload, index=self.index)
         self.peer_server = PeerServer(self.broker_tag, self.index, self.local_owner, self.payloads)
         await self.peer_server.start()
-        listener = self.config.advertised
+        listener = self.config.inter_broker_endpoint
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
         cluster = producer_ids = credentials = None
-        if self.link is not None:
+        if self.link is None:  # each listener's address, for the clients that come in through it
+            cluster = StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port),
+                                     {a.name: BrokerNode(identity.broker_id, a.host, a.port)
+                                      for a in self.config.advertised})
+        else:
             cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
             credentials = ZooKeeperCredentials(self.link.admin)
@@ -314,16 +319,33 @@ class Worker:
                                 ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
-        security = self.config.security
+        security = self._security_of(sock)
         delay_s = self.config["connection.failed.authentication.delay.ms"] / 1000
         session = SaslSession(security, self.ctx.credentials, delay_s) if security.sasl else None
         # a logged-in connection stays where it logged in: its next worker would not know its principal;
         # nor does a TLS connection move: its session's keys are in this process
         movable = self.workers > 1 and session is None and security.tls is None
         connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if movable else None,
-                                     self.gathering, sasl=session, tls=security.tls)
+                                     self.gathering, sasl=session, tls=security.tls, listener=security.listener)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
+
+    def _security_of(self, sock: socket.socket):
+        """The security of the listener a connection came in on, known by the
+        port it reached (each listener has its own)."""
+        securities = self.config.securities
+        if len(securities) == 1:
+            return next(iter(securities.values()))
+        try:
+            port = sock.getsockname()[1]
+        except (OSError, IndexError, TypeError):
+            port = None
+        name = self._listener_ports.get(port) if port is not None else None
+        return securities[name] if name is not None else self.config.security
+
+    @functools.cached_property
+    def _listener_ports(self) -> dict[int, str]:
+        return {listener.port: listener.name for listener in self.config.listeners}
 
     async def _attach(self, sock, connection: KafkaConnection) -> None:
         tls = connection.tls

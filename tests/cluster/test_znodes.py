@@ -35,6 +35,20 @@ def test_ipv6_endpoint():
     assert znodes.BrokerRegistration.decode(1, data).host == "::1"
 
 
+def test_a_broker_with_several_listeners_registers_each():
+    """The brokers' listener first (its host and port are the top-level ones),
+    then the clients' others, each with its protocol."""
+    registration = znodes.BrokerRegistration(
+        3, "10.0.0.3", 9092, listener="INTERNAL", security_protocol="PLAINTEXT",
+        others=(znodes.Endpoint("EXTERNAL", "::1", 9093, "SASL_SSL"),))
+    written = json.loads(registration.encode())
+    assert written["endpoints"] == ["INTERNAL://10.0.0.3:9092", "EXTERNAL://[::1]:9093"]
+    assert written["listener_security_protocol_map"] == {"INTERNAL": "PLAINTEXT", "EXTERNAL": "SASL_SSL"}
+    found = znodes.BrokerRegistration.decode(3, registration.encode())
+    assert found == registration
+    assert found.address("EXTERNAL") == ("::1", 9093) and found.address("OTHER") is None
+
+
 def test_topic_assignment_round_trip_and_kafka_form():
     kafka = (b'{"version":2,"partitions":{"0":[1,2,3],"1":[2,3,1]},"adding_replicas":{},'
              b'"removing_replicas":{},"topic_id":"f5mAxJ2nRm2W7HnS1ElGag"}')

@@ -297,7 +297,7 @@ class Harness:
                                        **self.transactions.handlers()})
         owners = Owners(0, 1, self.local_owner, None, cfg["offsets.topic.num.partitions"],
                         cfg["transaction.state.log.num.partitions"])
-        listener = cfg.advertised
+        listener = cfg.inter_broker_endpoint
         self.identity = BrokerIdentity(cfg.broker_id, CLUSTER_ID, listener.host, listener.port)
         self.ctx = WorkerContext(cfg, 0, 1, self.identity, self.topics, owners, groups=self.groups,
                                  transactions=self.transactions, partition_offsets=self.memory.partitions.reader())

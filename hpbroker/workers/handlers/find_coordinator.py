@@ -6,6 +6,7 @@ lookup, as Kafka does.  v4+ batch the keys."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from hpbroker.workers.context import LISTENER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
@@ -19,18 +20,25 @@ async def _find(ctx, key_type: int, key: str):
             return ErrorCode.invalid_request, "an empty transactional id", None
         if await ctx.transactions.ensure_topic() != ErrorCode.none:
             return ErrorCode.coordinator_not_available, f"{TRANSACTION_TOPIC} could not be created", None
-        node = ctx.cluster.coordinator(key, ctx.config["transaction.state.log.num.partitions"], TRANSACTION_TOPIC)
-        if node is None:
-            return ErrorCode.coordinator_not_available, "the transaction state partition has no leader yet", None
-        return ErrorCode.none, None, node
+        return _coordinator(ctx, key, ctx.config["transaction.state.log.num.partitions"], TRANSACTION_TOPIC,
+                            "the transaction state partition")
     if key_type != GROUP:
         return ErrorCode.invalid_request, f"unknown key type {key_type}", None
     if await ctx.groups.ensure_offsets_topic() != ErrorCode.none:
         return ErrorCode.coordinator_not_available, "the offsets topic could not be created", None
-    node = ctx.cluster.coordinator(key, ctx.config["offsets.topic.num.partitions"], OFFSETS_TOPIC)
-    if node is None:
-        return ErrorCode.coordinator_not_available, "the group's offsets partition has no leader yet", None
-    return ErrorCode.none, None, node
+    return _coordinator(ctx, key, ctx.config["offsets.topic.num.partitions"], OFFSETS_TOPIC,
+                        "the group's offsets partition")
+
+
+def _coordinator(ctx, key: str, partitions: int, topic: str, what: str):
+    """The key's coordinator, at its address on the client's listener."""
+    listener = LISTENER.get()
+    node = ctx.cluster.coordinator(key, partitions, topic, listener)
+    if node is not None:
+        return ErrorCode.none, None, node
+    if listener is not None and ctx.cluster.coordinator(key, partitions, topic) is not None:
+        return ErrorCode.coordinator_not_available, f"the coordinator has no {listener} listener", None
+    return ErrorCode.coordinator_not_available, f"{what} has no leader yet", None
 
 
 async def handle(ctx, header, request):

@@ -5,6 +5,9 @@ created on first mention (``auto.create.topics.enable``, ``num.partitions``)."""
 import logging
 
 from hpbroker.errors import ErrorCode
+from hpbroker.sentinels import NO_LEADER
+from hpbroker.workers.cluster_view import PartitionView
+from hpbroker.workers.context import LISTENER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -58,7 +61,8 @@ async def handle(ctx, header, request):
     for name, topic_id, info, error in entries:
         partitions = ()
         if info is not None:
-            partitions = tuple(_partition(m, p, ctx.cluster.partition(info.name, p)) for p in range(info.partitions))
+            partitions = tuple(_partition(m, p, _reachable(ctx, info.name, p, header.api_version))
+                               for p in range(info.partitions))
         if info is None and name is None and header.api_version < 12:
             name = ""  # an unknown topic id; names are nullable in responses only from v12
         topics.append(make(
@@ -67,10 +71,22 @@ async def handle(ctx, header, request):
             topic_id=info.topic_id if info else topic_id, is_internal=bool(info and info.is_internal),
             partitions=partitions, topic_authorized_operations=_NO_OPERATIONS))
     brokers = tuple(make(m.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                    for b in ctx.cluster.brokers())
+                    for b in ctx.cluster.brokers(LISTENER.get()))
     return make(m.MetadataResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=brokers,
                 cluster_id=me.cluster_id, controller_id=ctx.cluster.controller_id, topics=tuple(topics),
                 cluster_authorized_operations=_NO_OPERATIONS)
+
+
+def _reachable(ctx, topic: str, partition: int, version: int) -> PartitionView:
+    """The partition's view; a leader the client cannot reach through its
+    listener (that broker has none of that name) is no leader to it, as Kafka
+    answers: LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before."""
+    view = ctx.cluster.partition(topic, partition)
+    listener = LISTENER.get()
+    if listener is None or view.error != ErrorCode.none or ctx.cluster.node(view.leader, listener) is not None:
+        return view
+    error = ErrorCode.listener_not_found if version >= 6 else ErrorCode.leader_not_available
+    return view._replace(error=error, leader=NO_LEADER)
 
 
 def _partition(m, index: int, view):
