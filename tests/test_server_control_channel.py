@@ -7,22 +7,23 @@ import socket
 import pytest
 
 from hpbroker.server import control_channel
-from hpbroker.server.control_channel import ControlMessageError, Heartbeat, Kind, Message, decode, encode
+from hpbroker.server.control_channel import ControlMessageError, Heartbeat, Kind, Message, Moved, Peer, decode, encode
 
 EXAMPLES = [
-    Message(Kind.CONN),
+    Message(Kind.CONN, Peer("127.0.0.1", "PLAINTEXT")),
+    Message(Kind.CONN, Peer("::1", "EXTERNAL")),
     Message(Kind.TOOK),
     Message(Kind.LOST),
     Message(Kind.DRAIN),
     Message(Kind.DRAINED),
     Message(Kind.STOP),
     Message(Kind.READY),
-    Message(Kind.CLOSED),
+    Message(Kind.CLOSED, Peer("10.0.0.7", "INTERNAL")),
     Message(Kind.HEARTBEAT, Heartbeat(3, 12, 10_000_000_000, 0)),
     Message(Kind.BOOT_FAILED, "cannot open /data/t-0: Permission denied"),
     Message(Kind.BOOT_FAILED, ""),
     Message(Kind.RELOAD, {"log.retention.ms": "1000", "log.dirs": "/data"}),
-    Message(Kind.MOVE, 1),
+    Message(Kind.MOVE, Moved(1, Peer("127.0.0.1", "PLAINTEXT"))),
 ]
 
 
@@ -36,7 +37,8 @@ def test_a_message_decodes_to_what_was_encoded(message):
 
 
 def test_the_bytes_are_readable():
-    assert encode(Kind.CONN) == b"conn"
+    assert encode(Kind.CONN, Peer("127.0.0.1", "SSL")) == b"conn 127.0.0.1 SSL"
+    assert encode(Kind.MOVE, Moved(0, Peer("::1", "SSL"))) == b"move 0 ::1 SSL"
     assert encode(Kind.HEARTBEAT, Heartbeat(1, 2, 3, 4)) == b"hb 1 2 3 4"
     assert encode(Kind.BOOT_FAILED, "no disk") == b"boot-failed no disk"
     assert encode(Kind.RELOAD, {"a": "b"}) == b'reload {"a": "b"}'
@@ -55,7 +57,8 @@ def test_a_boot_failure_reason_is_cut_even_inside_a_character():
     b"", b"hello", b"conn ", b"stop now", b"took\x00", b"HB 1 2 3 4",
     b"hb", b"hb 1 2 3", b"hb 1 2 3 4 5", b"hb 1 2 x 4", b"hb -1 2 3 4", b"hb 1  2 3",
     b"reload", b"reload not json", b"reload [1, 2]", b'reload "text"', b"reload {\xff}",
-    b"\xff\xfe", b"boot_failed x", b"move", b"move ", b"move -1", b"move one",
+    b"\xff\xfe", b"boot_failed x", b"move", b"move ", b"move -1", b"move one", b"move 1", b"move 1 ip",
+    b"conn", b"conn 127.0.0.1", b"conn  SSL", b"closed", b"closed a b c",
 ])
 def test_anything_else_is_a_control_message_error(data):
     with pytest.raises(ControlMessageError):
@@ -68,7 +71,9 @@ def test_anything_else_is_a_control_message_error(data):
     (Kind.HEARTBEAT, (1, 2, 3, 4)),
     (Kind.RELOAD, "{}"),
     (Kind.BOOT_FAILED, b"bytes"),
-    (Kind.MOVE, "1"),
+    (Kind.MOVE, 1),
+    (Kind.CONN, None),
+    (Kind.CLOSED, ("127.0.0.1", "SSL")),
 ])
 def test_a_payload_that_does_not_fit_the_kind_is_refused(kind, payload):
     with pytest.raises(ControlMessageError):
@@ -87,9 +92,10 @@ def test_a_connection_travels_with_its_descriptor():
     acceptor, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     client, server = socket.socketpair()
     with acceptor, worker, client, server:
-        socket.send_fds(acceptor, [encode(Kind.CONN)], [server.fileno()])
+        peer = Peer("127.0.0.1", "PLAINTEXT")
+        socket.send_fds(acceptor, [encode(Kind.CONN, peer)], [server.fileno()])
         data, fds, _flags, _addr = socket.recv_fds(worker, control_channel.MAX_MESSAGE, 8)
-        assert decode(data) == Message(Kind.CONN) and len(fds) == 1
+        assert decode(data) == Message(Kind.CONN, peer) and len(fds) == 1
         with socket.socket(fileno=fds[0]) as adopted:
             adopted.sendall(b"hi")
             assert client.recv(2) == b"hi"

@@ -18,6 +18,11 @@ connection:
 The acknowledgements come back in the order the connections were sent (the
 channel is SOCK_SEQPACKET), so each worker's unacknowledged connections are a
 FIFO.
+
+It also keeps the connection quotas' counts true (``connection_quotas.py``):
+a connection counts from its accept until its worker says it closed, or the
+worker dies; each worker's adopted connections are kept by client address
+and listener for that.
 """
 
 from __future__ import annotations
@@ -26,33 +31,49 @@ import errno
 import logging
 import socket
 import time
-from collections import deque
+from collections import Counter, deque
 
+from hpbroker.acceptor.connection_quotas import ConnectionQuotas
 from hpbroker.server import control_channel
+from hpbroker.server.control_channel import Kind, Peer
 from hpbroker.server.logging_setup import Throttled
 
 log = logging.getLogger(__name__)
 
 REFUSED_BACKOFF_S = 1.0  # a worker at its fd limit gets no connections for this long
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.ECONNREFUSED, errno.ENOTCONN)  # the worker's end is closed
-_CONN = control_channel.encode(control_channel.Kind.CONN)
 
 
 class HandOff:
-    def __init__(self, slots):
+    def __init__(self, slots, quotas: ConnectionQuotas):
         self.slots = slots
+        self.quotas = quotas
         self.waiting: deque[socket.socket] = deque()  # accepted, not with any worker yet
         self.destined: dict[socket.socket, int] = {}  # waiting ones better served by this worker
+        self.origins: dict[socket.socket, Peer] = {}  # held ones' client address and listener
+        self.adopted: dict[int, Counter[Peer]] = {}  # worker index -> its connections by origin
         self._problems = Throttled(log)
 
-    def give(self, conn: socket.socket, to: int | None = None) -> None:
+    def give(self, conn: socket.socket, origin: Peer, to: int | None = None) -> None:
         """A newly accepted connection: to a worker now, or as soon as one can
         take it; to worker ``to`` first when it can (a connection moved to the
         owner of its partitions)."""
         if to is not None:
             self.destined[conn] = to
+        self.origins[conn] = origin
+        self.quotas.opened(*origin)
         self.waiting.append(conn)
         self.flush()
+
+    def closed(self, slot, origin: Peer) -> None:
+        """Worker ``slot`` says a connection of ``origin`` closed (or moved on)."""
+        adopted = self.adopted.get(slot.index)
+        if adopted is None or adopted[origin] <= 0:
+            return  # adopted before this worker's last death: already forgotten
+        adopted[origin] -= 1
+        if not adopted[origin]:
+            del adopted[origin]
+        self.quotas.closed(*origin)
 
     def flush(self) -> None:
         """Send waiting connections, oldest first, while some worker takes them."""
@@ -67,7 +88,8 @@ class HandOff:
         destined = self.destined.get(conn)
         for slot in sorted(candidates, key=lambda s: (s.index != destined, s.connections + len(s.unacknowledged))):
             try:
-                socket.send_fds(slot.control, [_CONN], [conn.fileno()])
+                socket.send_fds(slot.control, [control_channel.encode(Kind.CONN, self.origins[conn])],
+                                [conn.fileno()])
             except (BlockingIOError, InterruptedError):
                 continue  # its channel is full for now: another worker
             except OSError as exc:
@@ -91,6 +113,9 @@ class HandOff:
             return
         conn = slot.unacknowledged.popleft()
         if took:
+            origin = self.origins.pop(conn, None)
+            if origin is not None:
+                self.adopted.setdefault(slot.index, Counter())[origin] += 1
             conn.close()  # the worker holds its own descriptor now
             return
         slot.connections = max(0, slot.connections - 1)
@@ -101,7 +126,11 @@ class HandOff:
         self.flush()
 
     def worker_gone(self, slot) -> None:
-        """Connections sent to a worker that died before adopting them go to the others."""
+        """Connections sent to a worker that died before adopting them go to the
+        others; the ones it had adopted died with it."""
+        for origin, count in self.adopted.pop(slot.index, Counter()).items():
+            for _ in range(count):
+                self.quotas.closed(*origin)
         if slot.unacknowledged:
             log.info("handing %d connection(s) that worker %d never adopted to the others", len(slot.unacknowledged),
                      slot.index)
@@ -119,6 +148,7 @@ class HandOff:
             conn.close()
         self.waiting.clear()
         self.destined.clear()
+        self.origins.clear()
         for slot in self.slots:
             for conn in slot.unacknowledged:
                 conn.close()

@@ -41,6 +41,7 @@ stops.
 import errno
 import gc
 import logging
+import math
 import os
 import resource
 import selectors
@@ -56,7 +57,8 @@ from hpbroker.acceptor.worker_pool import WorkerPool
 from hpbroker.cluster.member import ClusterJoinError
 from hpbroker.server import control_channel, metrics_dir
 from hpbroker.server.config import BrokerConfig, Listener, parse_listener
-from hpbroker.server.control_channel import ControlMessageError, Kind
+from hpbroker.server.control_channel import ControlMessageError, Kind, Peer
+from hpbroker.server.logging_setup import Throttled
 from hpbroker.storage.config import ConfigError
 from hpbroker.storage.log_dir_roots import LogDirRoots
 
@@ -129,7 +131,9 @@ class Supervisor:
         self.boot_failure = ""
         self.pool = WorkerPool(config.worker_cpus, self.selector, lambda: self.config, f"{os.getpid()}",
                                self._forget_parent_state)
-        self.accepting = False  # the listeners are in the selector
+        self.accepting: set[socket.socket] = set()  # the listeners in the selector
+        self.accept_resume_at = math.inf  # when a listener held by a connection rate may accept again
+        self._quota_notes = Throttled(log)  # a listener held by a quota, an address refused: once a minute
         self.scraping = False  # the metrics listener is in the selector
         self.accept_paused_until = 0.0
         self.accept_backoff = ACCEPT_BACKOFF_S[0]
@@ -166,6 +170,7 @@ class Supervisor:
     def _start_serving(self) -> None:
         cfg = self.config
         self.listeners = open_listeners(cfg.listeners)
+        self.listener_names = {sock: listener.name for sock, listener in zip(self.listeners, cfg.listeners)}
         for sock in self.listeners:
             sock.setblocking(False)
         self.metrics_path = metrics_dir.prepare()  # before anything imports prometheus-client
@@ -333,23 +338,30 @@ class Supervisor:
         due = [self.pool.due_in(now)]
         if self.accept_paused_until:
             due.append(self.accept_paused_until - now)
+        if self.accept_resume_at < math.inf:
+            due.append(self.accept_resume_at - now)
         return max(0.0, min([0.5, *due]))
 
     def _update_accepting(self, now: float) -> None:
-        """Poll the listener only while a worker can take what it accepts, the
-        acceptor is not holding too many connections, and accept() is not
-        paused for want of descriptors; otherwise clients wait in the backlog."""
+        """Poll a listener only while a worker can take what it accepts, the
+        acceptor is not holding too many connections, accept() is not paused
+        for want of descriptors, and the connection quotas let that listener
+        accept; otherwise clients wait in its backlog."""
         if self.accept_paused_until and now >= self.accept_paused_until:
             self.accept_paused_until = 0.0
         wanted = (not self.stopping and self.pool.any_ready() and not self.accept_paused_until
                   and self.pool.handoff.held() < MAX_HELD_CONNECTIONS)
-        if wanted and not self.accepting:
-            for sock in self.listeners:
+        self.accept_resume_at = math.inf
+        for sock, name in self.listener_names.items():
+            wait = self._quota_wait(name, now) if wanted else 0.0
+            if 0 < wait < math.inf:
+                self.accept_resume_at = min(self.accept_resume_at, now + wait)
+            if wanted and not wait and sock not in self.accepting:
                 self.selector.register(sock, selectors.EVENT_READ, "accept")
-        elif self.accepting and not wanted:
-            for sock in self.listeners:
+                self.accepting.add(sock)
+            elif sock in self.accepting and not (wanted and not wait):
                 self.selector.unregister(sock)
-        self.accepting = wanted
+                self.accepting.discard(sock)
         # the metrics listener too pauses while descriptors are short (it would spin as well)
         endpoint = self.metrics_endpoint
         scrape = endpoint is not None and not self.accept_paused_until and not self.stopping
@@ -360,10 +372,24 @@ class Supervisor:
                 self.selector.unregister(endpoint.sock)
             self.scraping = scrape
 
+    def _quota_wait(self, listener: str, now: float) -> float:
+        """Seconds until ``listener`` may accept again under the connection quotas (inf: until one closes)."""
+        wait = self.pool.handoff.quotas.accept_wait(listener, now)
+        if wait == math.inf:
+            self._quota_notes.log(logging.WARNING, ("full", listener), "listener %s is at its connection limit "
+                                  "(max.connections): new connections wait in its backlog until one closes",
+                                  listener)
+        elif wait:
+            self._quota_notes.log(logging.INFO, ("rate", listener), "listener %s is at its connection creation rate "
+                                  "(max.connection.creation.rate): new connections wait in its backlog", listener)
+        return wait
+
     def _accept(self, listener: socket.socket) -> None:
-        while self.pool.handoff.held() < MAX_HELD_CONNECTIONS:
+        name = self.listener_names[listener]
+        quotas = self.pool.handoff.quotas
+        while self.pool.handoff.held() < MAX_HELD_CONNECTIONS and not quotas.accept_wait(name, time.monotonic()):
             try:
-                conn, _addr = listener.accept()
+                conn, addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
@@ -375,7 +401,15 @@ class Supervisor:
                 log.info("accepting connections again (accept() had failed %d times for want of descriptors)",
                          self.accept_failures)
                 self.accept_failures, self.accept_backoff = 0, ACCEPT_BACKOFF_S[0]
-            self.pool.handoff.give(conn)
+            quotas.accepted(name, time.monotonic())
+            ip = str(addr[0])
+            if quotas.ip_full(ip):  # as Kafka does: accepted, and closed at once
+                conn.close()
+                self._quota_notes.log(logging.WARNING, ("ip", ip), "refused a connection from %s on %s: it has %d, "
+                                      "its limit (max.connections.per.ip or its override)", ip, name,
+                                      quotas.ip_limit(ip))
+                continue
+            self.pool.handoff.give(conn, Peer(ip, name))
 
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of descriptors: stop polling the listener for a while (doubling
@@ -433,6 +467,7 @@ class Supervisor:
             log.error("reload failed, keeping the running settings: %s", exc)
             self.notifier.ready(f"reload failed: {exc}")
             return
+        self.pool.handoff.quotas.configure(new.connection_limits, time.monotonic())
         for index, exc in self.pool.broadcast(message).items():
             log.warning("could not send the reload to worker %d: %s", index, exc)
         self.config = BrokerConfig.from_sources(overrides=live)

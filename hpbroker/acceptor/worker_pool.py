@@ -47,10 +47,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
+from hpbroker.acceptor.connection_quotas import ConnectionQuotas
 from hpbroker.acceptor.handoff import HandOff
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
-from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, ControlMessageError, Heartbeat, Kind, Moved, Peer
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.shared.broker_memory import BrokerMemory
 
@@ -104,7 +105,7 @@ class WorkerPool:
         self.broker_tag = broker_tag
         self.forget_parent_state = forget_parent_state  # in a new worker: close what the acceptor's loop holds
         self.cluster_id = ""
-        self.handoff = HandOff(self.slots)
+        self.handoff = HandOff(self.slots, ConnectionQuotas(config().connection_limits, time.monotonic()))
         self.bad_messages = Throttled(log)
 
     def __len__(self) -> int:
@@ -209,6 +210,7 @@ class WorkerPool:
                 self.handoff.flush()
             elif message.kind is Kind.CLOSED:
                 slot.connections = max(0, slot.connections - 1)
+                self.handoff.closed(slot, cast(Peer, message.payload))
             elif message.kind is Kind.HEARTBEAT:
                 # the payload a kind carries is checked by control_channel.decode
                 slot.connections, slot.partitions, slot.bytes_in, slot.bytes_out = cast(Heartbeat, message.payload)
@@ -231,8 +233,9 @@ class WorkerPool:
         from hpbroker.server import metrics
 
         metrics.CONNECTIONS_MOVED.inc()
-        log.debug("worker %d hands a connection to worker %s", slot.index, message.payload)
-        self.handoff.give(socket.socket(fileno=fds[0]), to=cast(int, message.payload))
+        moved = cast(Moved, message.payload)
+        log.debug("worker %d hands a connection to worker %d", slot.index, moved.worker)
+        self.handoff.give(socket.socket(fileno=fds[0]), moved.peer, to=moved.worker)
 
     def _decode(self, slot: WorkerSlot, data: bytes) -> control_channel.Message | None:
         """The message a worker sent, or None (logged) when it is no message."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hpbroker.security import settings
 from hpbroker.security.tls import SSL_KEYS
+from hpbroker.server.connection_limits import LISTENER_LIMIT_KEY, UNLIMITED, ConnectionLimits
 from hpbroker.storage.config import LOG_KEYS, ConfigError, LogConfig, is_broker_log_key, parse_bool
 
 
@@ -62,6 +63,11 @@ BROKER_KEYS = {
     "sasl.server.max.receive.size": (int, 524288),  # the largest frame before the login
     "connection.failed.authentication.delay.ms": (int, 100),
     "connections.max.reauth.ms": (int, 0),  # re-authentication (KIP-368) is not served: only 0
+    # connection quotas (server/connection_limits.py); each also per listener, but per.ip
+    "max.connections": (int, UNLIMITED),
+    "max.connections.per.ip": (int, UNLIMITED),
+    "max.connections.per.ip.overrides": (str, None),
+    "max.connection.creation.rate": (int, UNLIMITED),
     "log.dirs": (str, None),
     "log.dir": (str, "/tmp/kafka-logs"),
     "broker.id": (int, 0),
@@ -258,7 +264,7 @@ class BrokerConfig:
                     values[key] = parse(text) if parse is not int else int(str(text).strip())
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(f"invalid value {text!r} for {key}: {exc}") from None
-            elif not is_broker_log_key(key) and not settings.is_security_key(key):
+            elif not (is_broker_log_key(key) or settings.is_security_key(key) or LISTENER_LIMIT_KEY.fullmatch(key)):
                 raise ConfigError(f"unknown config key {key!r}")
         for key, (_, default) in BROKER_KEYS.items():
             values.setdefault(key, default)
@@ -382,6 +388,10 @@ class BrokerConfig:
         """Where the other brokers reach this one."""
         return next(a for a in self.advertised if a.name == self.inter_broker_listener)
 
+    @functools.cached_property
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits.read(self)
+
     @property
     def worker_cpus(self) -> list[int | None]:
         """The CPU each worker pins itself to, by index (None: not pinned);
@@ -409,5 +419,6 @@ class BrokerConfig:
             raise ConfigError(f"zookeeper.connect {connect!r} names no server: "
                               "expected host:port[,host:port...][/chroot]")
         self.inter_broker_endpoint  # noqa: B018 -- parses the listeners, refuses a wildcard that would be advertised
+        self.connection_limits  # noqa: B018 -- resolves the per-address overrides
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])

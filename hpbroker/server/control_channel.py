@@ -60,10 +60,25 @@ class Heartbeat(NamedTuple):
     bytes_out: int
 
 
+class Peer(NamedTuple):
+    """A client connection's address and the listener it came in on: a CONN
+    names them (the worker serves the connection with that listener's
+    security), and the CLOSED and MOVE about it name them back (the
+    acceptor's connection quotas count by them)."""
+    ip: str
+    listener: str
+
+
+class Moved(NamedTuple):
+    """A MOVE: the worker the connection goes to, and the connection's peer."""
+    worker: int
+    peer: Peer
+
+
 class Message(NamedTuple):
     kind: Kind
-    # HEARTBEAT, BOOT_FAILED's reason, RELOAD's settings, the worker a MOVE goes to
-    payload: Heartbeat | str | dict | int | None = None
+    # HEARTBEAT, BOOT_FAILED's reason, RELOAD's settings, a MOVE's destination, a CONN's or CLOSED's peer
+    payload: Heartbeat | str | dict | Moved | Peer | None = None
 
 
 class ControlMessageError(ValueError):
@@ -103,14 +118,26 @@ def _decode_settings(body: bytes) -> dict:
     return settings
 
 
-def _encode_worker(worker: int) -> bytes:
-    return b"%d" % worker
+def _encode_peer(peer: Peer) -> bytes:
+    return f"{peer.ip} {peer.listener}".encode()
 
 
-def _decode_worker(body: bytes) -> int:
-    if not body.isdigit():
+def _decode_peer(body: bytes) -> Peer:
+    ip, space, listener = body.decode(errors="replace").partition(" ")
+    if not ip or not space or not listener or " " in listener:
+        raise ControlMessageError(f"a peer is an address and a listener, not {body[:80]!r}")
+    return Peer(ip, listener)
+
+
+def _encode_moved(moved: Moved) -> bytes:
+    return b"%d " % moved.worker + _encode_peer(moved.peer)
+
+
+def _decode_moved(body: bytes) -> Moved:
+    worker, _, peer = body.partition(b" ")
+    if not worker.isdigit():
         raise ControlMessageError(f"a move names a worker by its index, not {body[:80]!r}")
-    return int(body)
+    return Moved(int(worker), _decode_peer(peer))
 
 
 # kind -> (payload type, encode, decode); the other kinds carry nothing
@@ -118,12 +145,14 @@ _PAYLOADS = {
     Kind.HEARTBEAT: (Heartbeat, _encode_heartbeat, _decode_heartbeat),
     Kind.BOOT_FAILED: (str, _encode_reason, _decode_reason),
     Kind.RELOAD: (dict, _encode_settings, _decode_settings),
-    Kind.MOVE: (int, _encode_worker, _decode_worker),
+    Kind.MOVE: (Moved, _encode_moved, _decode_moved),
+    Kind.CLOSED: (Peer, _encode_peer, _decode_peer),
+    Kind.CONN: (Peer, _encode_peer, _decode_peer),
 }
 _BY_NAME = {kind.value.encode(): kind for kind in Kind}
 
 
-def encode(kind: Kind, payload: Heartbeat | str | dict | int | None = None) -> bytes:
+def encode(kind: Kind, payload: Heartbeat | str | dict | Moved | Peer | None = None) -> bytes:
     """One packet's bytes; ``ControlMessageError`` when the payload does not
     fit the kind or the message would exceed ``MAX_MESSAGE``."""
     codec = _PAYLOADS.get(kind)

@@ -46,6 +46,7 @@ from hpbroker.protocol.schemas import API_VERSIONS, FETCH, PRODUCE, kio_version
 from hpbroker.security.principal_rules import ANONYMOUS
 from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, SaslFailure, SaslSession, Stage
 from hpbroker.security.tls import TlsSettings
+from hpbroker.server.control_channel import Peer
 from hpbroker.workers import affinity, eager, observe, partition_moves
 from hpbroker.workers.context import CLIENT_HOST, LISTENER, CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
@@ -91,9 +92,10 @@ def _close_made_regions(task: asyncio.Task) -> None:
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, ctx, routes, on_close, move=None, gathering: Gathering | None = None,
-                 sasl: SaslSession | None = None, tls: TlsSettings | None = None, listener: str | None = None):
+                 sasl: SaslSession | None = None, tls: TlsSettings | None = None, peer: Peer | None = None):
         self.ctx = ctx
-        self.listener = listener  # the name of the listener it came in on
+        self.origin = peer  # its client address and the name of the listener it came in on, as the acceptor saw
+        self.listener = peer.listener if peer is not None else None
         self.sasl = sasl  # on a SASL listener: the login, which must succeed before anything but ApiVersions
         self.tls = tls  # on a TLS listener: records are read from the files and written through it (no sendfile)
         self.routes = routes

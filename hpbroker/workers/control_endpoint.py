@@ -21,16 +21,17 @@ from collections.abc import Callable
 from typing import cast
 
 from hpbroker.server import control_channel
-from hpbroker.server.control_channel import ControlMessageError, Kind
+from hpbroker.server.control_channel import ControlMessageError, Kind, Peer
 
 log = logging.getLogger(__name__)
 
 
 class ControlEndpoint:
-    def __init__(self, sock: socket.socket, *, on_connection: Callable[[list[int], int], None],
+    def __init__(self, sock: socket.socket, *, on_connection: Callable[[list[int], int, Peer], None],
                  on_drain: Callable[[], object], on_reload: Callable[[dict], None], on_stop: Callable[[], None]):
         self.sock = sock
-        self.on_connection = on_connection  # (descriptors, recvmsg flags): a connection handed over
+        # (descriptors, recvmsg flags, its client address and listener): a connection handed over
+        self.on_connection = on_connection
         self.on_drain = on_drain
         self.on_reload = on_reload
         self.on_stop = on_stop  # also when the acceptor is gone
@@ -105,7 +106,7 @@ class ControlEndpoint:
             log.warning("ignoring a message from the acceptor: %s", exc)
             message = None
         if message is not None and message.kind is Kind.CONN:
-            self.on_connection(fds, flags)
+            self.on_connection(fds, flags, cast(Peer, message.payload))
             return
         for fd in fds:
             os.close(fd)  # only a connection comes with a descriptor

@@ -8,7 +8,6 @@ and reports ``ready``, heartbeats, closed connections and a boot failure.
 """
 
 import asyncio
-import functools
 import gc
 import logging
 import os
@@ -26,7 +25,7 @@ from hpbroker.security.sasl import SaslSession
 from hpbroker.security.tls import HANDSHAKE_TIMEOUT_S, describe_failure
 from hpbroker.server import control_channel
 from hpbroker.server.config import BrokerConfig
-from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind
+from hpbroker.server.control_channel import BOOT_FAILURE_EXIT, Heartbeat, Kind, Moved, Peer
 from hpbroker.server.logging_setup import Throttled
 from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from hpbroker.shared.broker_memory import BrokerMemory
@@ -276,7 +275,7 @@ class Worker:
         log.info("worker %d stopped: partitions flushed, checkpoints written", self.index)
 
     # --- what the acceptor says ----------------------------------------------------------
-    def _on_connection(self, fds: list[int], flags: int) -> None:
+    def _on_connection(self, fds: list[int], flags: int, peer: Peer) -> None:
         """The acceptor keeps each connection until we answer: "took" (adopted
         once that answer has left) or "lost" when its descriptor did not
         arrive (MSG_CTRUNC: our nofile limit) or would eat into the reserve
@@ -287,7 +286,7 @@ class Worker:
             self.endpoint.send(Kind.LOST)
             return
         fd = fds[0]
-        self.endpoint.send(Kind.TOOK, then=lambda: self._adopt(fd))
+        self.endpoint.send(Kind.TOOK, then=lambda: self._adopt(fd, peer))
 
     def _reload(self, props: dict) -> None:
         """Apply new log settings (retention, flush, roll, ...) to every open log;
@@ -306,7 +305,7 @@ class Worker:
         client.use_security(config.security)
         log.info("worker %d applied the reloaded log settings", self.index)
 
-    def _adopt(self, fd: int) -> None:
+    def _adopt(self, fd: int, peer: Peer) -> None:
         sock = socket.socket(fileno=fd)
         assert self.stopping is not None  # connections come once serve() runs
         if self.stopping.is_set() or self.draining:
@@ -319,33 +318,17 @@ class Worker:
                                 ("socket.receive.buffer.bytes", socket.SO_RCVBUF)):
                 if self.config[key] > 0:  # -1: the kernel's own sizing, as in Kafka
                     sock.setsockopt(socket.SOL_SOCKET, option, self.config[key])
-        security = self._security_of(sock)
+        # the listener the acceptor took it on (an unknown name: the brokers' own, and the acceptor's bug)
+        security = self.config.securities.get(peer.listener) or self.config.security
         delay_s = self.config["connection.failed.authentication.delay.ms"] / 1000
         session = SaslSession(security, self.ctx.credentials, delay_s) if security.sasl else None
         # a logged-in connection stays where it logged in: its next worker would not know its principal;
         # nor does a TLS connection move: its session's keys are in this process
         movable = self.workers > 1 and session is None and security.tls is None
         connection = KafkaConnection(self.ctx, ROUTES, self._closed, self._move if movable else None,
-                                     self.gathering, sasl=session, tls=security.tls, listener=security.listener)
+                                     self.gathering, sasl=session, tls=security.tls, peer=peer)
         self.connections.add(connection)
         asyncio.get_running_loop().create_task(self._attach(sock, connection))
-
-    def _security_of(self, sock: socket.socket):
-        """The security of the listener a connection came in on, known by the
-        port it reached (each listener has its own)."""
-        securities = self.config.securities
-        if len(securities) == 1:
-            return next(iter(securities.values()))
-        try:
-            port = sock.getsockname()[1]
-        except (OSError, IndexError, TypeError):
-            port = None
-        name = self._listener_ports.get(port) if port is not None else None
-        return securities[name] if name is not None else self.config.security
-
-    @functools.cached_property
-    def _listener_ports(self) -> dict[int, str]:
-        return {listener.port: listener.name for listener in self.config.listeners}
 
     async def _attach(self, sock, connection: KafkaConnection) -> None:
         tls = connection.tls
@@ -377,14 +360,14 @@ class Worker:
         except OSError as exc:
             self._move_problems.log(logging.WARNING, "dup", "a connection stays on worker %d: %s", self.index, exc)
             return False
-        self.endpoint.send(Kind.MOVE, worker, fd=fd)
+        self.endpoint.send(Kind.MOVE, Moved(worker, connection.origin), fd=fd)
         transport.abort()  # stops reading now; the descriptor closes, the stream lives on in the copy
         return True
 
     def _closed(self, connection) -> None:
         if connection in self.connections:
             self.connections.discard(connection)
-            self.endpoint.send(Kind.CLOSED)
+            self.endpoint.send(Kind.CLOSED, connection.origin)  # the acceptor counts connections by it
             self.partitions.sources.left(connection.source)
 
     async def _drain(self, report: bool = False) -> None:
