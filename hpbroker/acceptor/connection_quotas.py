@@ -53,6 +53,7 @@ class ConnectionQuotas:
     def __init__(self, settings: ConnectionLimits, now: float):
         self.per_ip: Counter[str] = Counter()
         self.per_listener: Counter[str] = Counter()
+        self.total = 0
         self.configure(settings, now)
 
     def configure(self, settings: ConnectionLimits, now: float) -> None:
@@ -62,22 +63,25 @@ class ConnectionQuotas:
         self.broker_rate = _Bucket(settings.creation_rate, now) if limited else None
         self.listener_rates = {name: _Bucket(rate, now) for name, rate in settings.listener_rate.items()
                                if rate < UNLIMITED}
+        # the common case, no limit at all, answers without looking
+        self.any_listener_limit = (settings.max_connections < UNLIMITED or self.broker_rate is not None
+                                   or bool(self.listener_rates) or bool(settings.listener_max))
+        self.any_ip_limit = settings.per_ip < UNLIMITED or bool(settings.per_ip_overrides)
 
     # --- counting --------------------------------------------------------------------
     def opened(self, ip: str, listener: str) -> None:
         self.per_ip[ip] += 1
         self.per_listener[listener] += 1
+        self.total += 1
 
     def closed(self, ip: str, listener: str) -> None:
+        if self.per_listener[listener] > 0:
+            self.total -= 1
         for counter, key in ((self.per_ip, ip), (self.per_listener, listener)):
             if counter[key] <= 1:
                 counter.pop(key, None)
             else:
                 counter[key] -= 1
-
-    @property
-    def total(self) -> int:
-        return sum(self.per_listener.values())
 
     # --- deciding --------------------------------------------------------------------
     def ip_limit(self, ip: str) -> int:
@@ -85,10 +89,12 @@ class ConnectionQuotas:
 
     def ip_full(self, ip: str) -> bool:
         """A new connection from ``ip`` would pass its limit."""
-        return self.per_ip[ip] >= self.ip_limit(ip)
+        return self.any_ip_limit and self.per_ip[ip] >= self.ip_limit(ip)
 
     def accept_wait(self, listener: str, now: float) -> float:
         """Seconds until ``listener`` may accept (0: now; inf: until a connection closes)."""
+        if not self.any_listener_limit:
+            return 0.0
         s = self.settings
         if self.per_listener[listener] >= s.listener_max.get(listener, UNLIMITED):
             return math.inf
