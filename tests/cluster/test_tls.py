@@ -63,7 +63,11 @@ def test_a_broker_the_others_do_not_trust_cannot_follow_and_says_so(zookeeper, c
         "ssl.truststore.location": str(both)})
     cluster.brokers[2].tls = stranger.client_context(client)
     try:
-        cluster.start_all()
+        # broker 1 first, as controller: the admin client below trusts only broker 1's authority and
+        # sends CreateTopics to the controller, which it could not reach on broker 2
+        cluster.start(1)
+        wait_for(lambda: cluster.controller() == 1, 30, "broker 1 to be controller")
+        cluster.start(2)
         conf = ck_conf(cluster.brokers[1].bootstrap, authority, client)
         admin = AdminClient(conf)
         admin.create_topics([NewTopic(TOPIC, 2, -1, replica_assignment=[[1, 2], [2, 1]])])[TOPIC].result(30)
