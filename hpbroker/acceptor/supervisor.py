@@ -402,7 +402,9 @@ class Supervisor:
                          self.accept_failures)
                 self.accept_failures, self.accept_backoff = 0, ACCEPT_BACKOFF_S[0]
             quotas.accepted(name, time.monotonic())
-            ip = str(addr[0]).removeprefix("::ffff:") if "." in str(addr[0]) else str(addr[0])  # v4 on a v6 socket
+            ip = str(addr[0])
+            if ip.startswith("::ffff:") and "." in ip:  # an IPv4 client on a dual-stack socket
+                ip = ip.removeprefix("::ffff:")
             if quotas.ip_full(ip):  # as Kafka does: accepted, and closed at once
                 conn.close()
                 self._quota_notes.log(logging.WARNING, ("ip", ip), "refused a connection from %s on %s: it has %d, "

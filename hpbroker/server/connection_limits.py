@@ -37,7 +37,7 @@ class ConnectionLimits:
                 if prefixed in config.props:
                     found[name] = _count(prefixed, config.props[prefixed])
         per_ip = config["max.connections.per.ip"]
-        overrides = parse_overrides(config["max.connections.per.ip.overrides"] or "")
+        overrides = parse_ip_overrides(config["max.connections.per.ip.overrides"] or "")
         if per_ip == 0 and not overrides:
             raise ConfigError("max.connections.per.ip=0 refuses everyone: give max.connections.per.ip.overrides "
                               "for the addresses that may connect")
@@ -58,7 +58,7 @@ def _count(key: str, text: str) -> int:
     return value
 
 
-def parse_overrides(text: str) -> dict[str, int]:
+def parse_ip_overrides(text: str) -> dict[str, int]:
     """``host:count,...``; a host name is looked up now, as Kafka does."""
     found: dict[str, int] = {}
     for entry in (e.strip() for e in text.split(",") if e.strip()):

@@ -216,12 +216,12 @@ class Worker:
         listener = self.config.inter_broker_endpoint
         identity = BrokerIdentity(self.config.broker_id, self.cluster_id, listener.host, listener.port)
         cluster = producer_ids = credentials = None
+        me = BrokerNode(identity.broker_id, identity.host, identity.port)
         if self.link is None:  # each listener's address, for the clients that come in through it
-            cluster = StandaloneView(BrokerNode(identity.broker_id, identity.host, identity.port),
-                                     {a.name: BrokerNode(identity.broker_id, a.host, a.port)
-                                      for a in self.config.advertised})
+            cluster = StandaloneView(me, {a.name: BrokerNode(identity.broker_id, a.host, a.port)
+                                          for a in self.config.advertised})
         else:
-            cluster = ImageView(BrokerNode(identity.broker_id, identity.host, identity.port))
+            cluster = ImageView(me)
             producer_ids = ClusterProducerIds(self.link, self.config.broker_id)
             credentials = ZooKeeperCredentials(self.link.admin)
         owners = Owners(self.index, self.workers, self.local_owner, self.peers,
