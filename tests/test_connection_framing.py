@@ -29,8 +29,9 @@ from hpbroker.errors import ErrorCode
 from hpbroker.protocol.framing import frame
 from hpbroker.protocol.schemas import API_VERSIONS
 from hpbroker.workers import affinity, connection
+from hpbroker.workers.client_identity import CLIENT_HOST
 from hpbroker.workers.connection import KafkaConnection
-from hpbroker.workers.context import CLIENT_HOST, Later
+from hpbroker.workers.context import Later
 from hpbroker.workers.fetch_response import FileRegion
 
 TIMEOUT_S = 5

@@ -31,7 +31,8 @@ ALLOWED = {
     "workers": {"cluster", "kernels", "protocol", "records", "replication", "security", "server", "shared",
                 "storage"},
     # the libraries below them
-    "cluster": {"protocol", "shared"},
+    # (``security``: the ACLs' model, which the image watcher reads from ZooKeeper)
+    "cluster": {"protocol", "security", "shared"},
     "kernels": set(),
     "protocol": set(),
     "records": {"kernels"},

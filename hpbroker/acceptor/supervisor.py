@@ -74,7 +74,8 @@ STATUS_INTERVAL_S = 5.0
 RESTART_ONLY_KEYS = frozenset({"listeners", "advertised.listeners", "log.dirs", "log.dir", "broker.id", "node.id",
                                "num.workers", "worker.cpu.affinity", "zookeeper.connect",
                                "socket.request.max.bytes", "listener.security.protocol.map",
-                               "inter.broker.listener.name", "security.inter.broker.protocol"})
+                               "inter.broker.listener.name", "security.inter.broker.protocol",
+                               "authorizer.class.name"})
 
 
 class BrokerStartError(Exception):

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from hpbroker.cli import (
+    acls,
     cluster,
     consume,
     dump_log,
@@ -23,7 +24,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in (serve, cluster, dump_log, topics, groups, transactions, produce, consume, offsets, users,
-                   spark_load):
+                   acls, spark_load):
         module.add_parser(sub)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -65,12 +65,14 @@ class Checked:
 
 @dataclasses.dataclass(frozen=True)
 class Write:
-    """A compare-and-set's decision to write: the znode's new content, what
-    ``compare_and_set`` returns once it is written, and further checked writes
+    """A compare-and-set's decision to write: the znode's new content (None:
+    delete it), what ``compare_and_set`` returns once it is written, further
+    checked writes and sequential znodes to create (parent path prefix, data)
     for the same transaction."""
-    data: bytes
+    data: bytes | None
     result: object = None
     also: tuple[Checked, ...] = ()
+    notes: tuple[tuple[str, bytes], ...] = ()
 
 
 # decide(current content, None when the znode does not exist) -> Write, or the answer with nothing to write
@@ -100,7 +102,11 @@ class ClusterAdmin:
             if not isinstance(decision, Write):
                 return decision
             ops: list[tuple] = []
-            if stat is None:
+            if decision.data is None:
+                if stat is None:
+                    return decision.result  # nothing there to delete
+                ops.append(("delete", path, stat.version))
+            elif stat is None:
                 await self._ensure_parent(path)
                 ops.append(("create", path, decision.data))
             else:
@@ -110,6 +116,7 @@ class ClusterAdmin:
                     ops.append(("delete", extra.path, extra.version))
                 else:
                     ops.append(("set", extra.path, extra.data, extra.version))
+            ops.extend(("create_sequential", prefix, data) for prefix, data in decision.notes)
             try:
                 await self._commit(ops, what)
             except AdminError as exc:
@@ -200,6 +207,37 @@ class ClusterAdmin:
         async def decide(data):
             return Write(znodes.encode_user_config(change(znodes.decode_user_config(user, data))))
         await self.compare_and_set(znodes.user_config_path(user), decide, f"the config of user {user!r}")
+
+    # --- ACLs -------------------------------------------------------------------------------------------
+    async def change_acls(self, type_name: str, enum_name: str, name: str, prefixed: bool,
+                          change: Callable[[bytes | None], bytes | None]) -> None:
+        """Write ``change(what the resource's znode holds)`` over it (None:
+        delete it, as Kafka does once a resource has no ACL left), with the
+        change notification Kafka's authorizers watch, in one transaction.
+        The resource type is named both ways Kafka names it: ``TransactionalId``
+        in the path, ``TRANSACTIONAL_ID`` in the notification."""
+        path = znodes.acl_path(type_name, name, prefixed)
+        parent, note = znodes.acl_change(enum_name, name, prefixed)
+
+        async def decide(data):
+            new = change(data)
+            if new == data:
+                return None
+            return Write(new, notes=((f"{parent}/{znodes.ACL_CHANGE_PREFIX}", note),))
+        await self.compare_and_set(path, decide, f"the ACLs of {path}")
+        try:
+            await self._bounded(f"purging {parent}", self._purge_notes(parent))
+        except (AdminError, NoNodeError, NodeExistsError, BadVersionError) as exc:
+            log.debug("old ACL change notifications under %s not purged: %s", parent, exc)
+
+    async def _purge_notes(self, parent: str) -> None:
+        """Only the newest change notifications are kept (nobody here reads
+        them: the brokers watch the ACLs' znodes themselves)."""
+        names = sorted(n for n in await self._zk(self._ops().children(parent))
+                       if n.startswith(znodes.ACL_CHANGE_PREFIX))
+        stale = names[:-znodes.ACL_CHANGES_KEPT]
+        if stale:
+            await self._zk(self._ops().multi([("delete", f"{parent}/{n}", -1) for n in stale]))
 
     # --- reassignments and elections ------------------------------------------------------------------
     async def alter_reassignments(self, topic: str, changes: dict[int, list[int] | None], *,

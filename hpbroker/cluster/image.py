@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hpbroker.cluster.znodes import BrokerRegistration, PartitionState, TopicAssignment
+from hpbroker.security.acls import Entry, Resource
 from hpbroker.sentinels import NO_CONTROLLER
 
 
@@ -23,6 +24,8 @@ class ClusterImage:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topics_being_deleted: frozenset[str] = frozenset()
     shutting_down: frozenset[int] = frozenset()  # brokers in controlled shutdown
+    acls: dict[Resource, frozenset[Entry]] = field(default_factory=dict)
+    acl_version: int = 0  # bumped by every change of the ACLs: workers rebuild their index only then
 
     @property
     def live(self) -> set[int]:

@@ -24,6 +24,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from hpbroker.cluster import znodes
 from hpbroker.cluster.image import ClusterImage
+from hpbroker.security.acls import RESOURCE_NAMES, AclError, Entry, PatternType, Resource, ResourceType, decode_entries
 from hpbroker.sentinels import NO_CONTROLLER
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ class ImageWatcher:
         self._watched_brokers: set[int] = set()
         self._watched_topics: set[str] = set()
         self._watched_states: set[tuple[str, int]] = set()
+        self._acls: dict[Resource, frozenset[Entry]] = {}
+        self._acl_version = 0
+        self._watched_acls: set[Resource] = set()
         self._stopped = False
 
     def start(self) -> None:
@@ -55,6 +59,13 @@ class ImageWatcher:
         ChildrenWatch(self.client, znodes.DELETE_TOPICS, self._on_deleting)
         ChildrenWatch(self.client, znodes.CONTROLLED_SHUTDOWN, self._on_shutting_down)
         DataWatch(self.client, znodes.CONTROLLER, self._on_controller)
+        for path in (znodes.ACL_LITERAL_CHANGES, znodes.ACL_PREFIXED_CHANGES):
+            self.client.ensure_path(path)
+        for kind, type_name in RESOURCE_NAMES.items():
+            for pattern in (PatternType.LITERAL, PatternType.PREFIXED):
+                path = f"{znodes.acl_root(pattern is PatternType.PREFIXED)}/{type_name}"
+                self.client.ensure_path(path)
+                ChildrenWatch(self.client, path, self._acl_children(kind, pattern, path))
 
     def stop(self) -> None:
         """Watches end at their next event (a recipe stops when its callback returns False)."""
@@ -71,7 +82,7 @@ class ImageWatcher:
         with self._lock:
             return ClusterImage(self.cluster_id, dict(self._brokers), self._controller, dict(self._topics),
                                 dict(self._states), {t: dict(c) for t, c in self._configs.items()}, self._deleting,
-                                self._shutting_down)
+                                self._shutting_down, dict(self._acls), self._acl_version)
 
     def wait_changed(self, since: int, timeout: float | None = None) -> int:
         """Block until the generation passes ``since`` (or the timeout, or stop); the generation now."""
@@ -240,3 +251,41 @@ class ImageWatcher:
             except znodes.ZnodeFormatError as exc:
                 log.error("ignoring topic %s's config: %s", topic, exc)
         return lambda data, _stat: self._update(lambda: change(data), while_=lambda: topic in self._watched_topics)
+
+    # --- ACLs: a watch per resource pattern that has any -----------------------------------------
+    def _acl_children(self, kind: ResourceType, pattern: PatternType, parent: str):
+        def on_children(children: list[str]) -> bool:
+            with self._lock:
+                if self._stopped:
+                    return False
+                new = {Resource(kind, name, pattern) for name in children} - self._watched_acls
+                self._watched_acls |= new
+            for resource in sorted(new):
+                DataWatch(self.client, f"{parent}/{resource.name}", self._acl_watch(resource))
+            return True
+        return on_children
+
+    def _acl_watch(self, resource: Resource):
+        def on_data(data, _stat) -> bool:
+            with self._lock:
+                if self._stopped:
+                    return False
+                if data is None:  # its last ACL removed: the znode goes with it
+                    self._watched_acls.discard(resource)
+                    if self._acls.pop(resource, None) is not None:
+                        self._acl_version += 1
+                        self._changed()
+                    return False  # made again later: _acl_children watches it anew
+                try:
+                    entries = decode_entries(data)
+                except AclError as exc:
+                    log.error("ignoring the ACLs of %s: %s", resource, exc)
+                    return True
+                if entries:
+                    self._acls[resource] = entries
+                else:
+                    self._acls.pop(resource, None)
+                self._acl_version += 1
+                self._changed()
+            return True
+        return on_data

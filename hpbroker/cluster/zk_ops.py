@@ -7,7 +7,8 @@ children, create, ensure_path, set, multi); failures are kazoo's exceptions:
 a caller handles, any other ``KazooException`` for ZooKeeper trouble.
 
 A transaction (``multi``) is a list of ``("create", path, data)``,
-``("set", path, data, version)`` and ``("delete", path, version)``; its
+``("create_sequential", path prefix, data)``, ``("set", path, data,
+version)`` and ``("delete", path, version)``; its
 answer has one entry per operation, the failed ones as exception instances
 (kazoo's own convention: a failed transaction fails every operation, the
 one at fault with its own error).
@@ -47,6 +48,8 @@ def transaction_of(client, ops: list[tuple]):
     for op in ops:
         if op[0] == "create":
             transaction.create(op[1], op[2])
+        elif op[0] == "create_sequential":
+            transaction.create(op[1], op[2], sequence=True)
         elif op[0] == "set":
             transaction.set_data(op[1], op[2], version=op[3])
         elif op[0] == "delete":
@@ -99,8 +102,8 @@ class Multi(msgspec.Struct, tag=True):
 
 def wire_op(op: tuple) -> tuple[str, str, bytes | None, int]:
     """A ``zk_ops`` transaction operation as one shape, for the wire."""
-    if op[0] == "create":
-        return ("create", op[1], op[2], -1)
+    if op[0] in ("create", "create_sequential"):
+        return (op[0], op[1], op[2], -1)
     if op[0] == "set":
         return ("set", op[1], op[2], op[3])
     return (op[0], op[1], None, op[2])
@@ -108,7 +111,7 @@ def wire_op(op: tuple) -> tuple[str, str, bytes | None, int]:
 
 def unflat_op(op: tuple[str, str, bytes | None, int]) -> tuple:
     kind, path, data, version = op
-    if kind == "create":
+    if kind in ("create", "create_sequential"):
         return (kind, path, data)
     if kind == "set":
         return (kind, path, data, version)

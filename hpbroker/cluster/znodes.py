@@ -489,3 +489,30 @@ def decode_consumer_offset(path: str, data: bytes) -> int:
     if not text.lstrip("-").isdigit():
         raise ZnodeFormatError(f"{path} holds {text[:40]!r}, not an offset")
     return int(text)
+
+
+# --- ACLs (Kafka's AclAuthorizer): one znode per resource pattern, its entries as JSON ---------
+ACL_LITERAL = "/kafka-acl"  # /kafka-acl/<ResourceType>/<name>
+ACL_PREFIXED = "/kafka-acl-extended/prefixed"  # /kafka-acl-extended/prefixed/<ResourceType>/<name>
+ACL_LITERAL_CHANGES = "/kafka-acl-changes"  # acl_changes_<seq>: "TOPIC:<name>" (the type as Kafka's enum)
+ACL_PREFIXED_CHANGES = "/kafka-acl-extended-changes"  # acl_changes_<seq>: the pattern as JSON
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_CHANGES_KEPT = 50  # notifications left behind a write; Kafka's brokers purge theirs after 15 minutes
+
+
+def acl_root(prefixed: bool) -> str:
+    return ACL_PREFIXED if prefixed else ACL_LITERAL
+
+
+def acl_path(type_name: str, name: str, prefixed: bool) -> str:
+    return f"{acl_root(prefixed)}/{type_name}/{name}"
+
+
+def acl_change(enum_name: str, name: str, prefixed: bool) -> tuple[str, bytes]:
+    """The notification Kafka's authorizer writes after changing a resource's
+    ACLs (its parent, its data), the type named as Kafka's enum (``TOPIC``,
+    ``TRANSACTIONAL_ID``)."""
+    if not prefixed:
+        return ACL_LITERAL_CHANGES, f"{enum_name}:{name}".encode()
+    document = {"version": 1, "resourceType": enum_name, "name": name, "patternType": "PREFIXED"}
+    return ACL_PREFIXED_CHANGES, json.dumps(document, separators=(",", ":")).encode()

@@ -96,6 +96,11 @@ SUPPORTED_VERSIONS: MappingProxyType[int, tuple[int, int]] = MappingProxyType({
     27: (1, 1),
     28: (0, 4),
     # DescribeConfigs: Kafka 4's floor 1.
+    # DescribeAcls, CreateAcls, DeleteAcls: Kafka 4's range (v1 added prefixed patterns);
+    # answered SECURITY_DISABLED with no authorizer, as Kafka answers
+    29: (1, 3),
+    30: (1, 3),
+    31: (1, 3),
     32: (1, 4),
     # AlterConfigs: Kafka 4's range; replaces a topic's overrides (the admin CLI and
     # older tools); broker settings are static here (server.properties + SIGHUP).

@@ -16,11 +16,10 @@ login at once, and logins are few next to requests.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
 import os
 from collections.abc import Callable
 
+from hpbroker.security import locked_json
 from hpbroker.security.scram import ScramCredential
 
 CREDENTIALS_FILE = "hpbroker-scram-credentials.json"
@@ -82,33 +81,18 @@ class FileCredentials:
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
-            with open(self.path, encoding="utf-8") as f:
-                users = json.load(f).get("users", {})
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, AttributeError) as exc:
+            users = locked_json.read(self.path).get("users", {})
+        except (OSError, ValueError) as exc:
             raise CredentialStoreError(f"cannot read {self.path}: {exc}") from None
         return users if isinstance(users, dict) else {}
 
     def _locked_rewrite(self, rewrite: Callable[[dict], dict]) -> None:
+        def change(document: dict) -> dict:
+            users = document.get("users", {})
+            return {"version": 1, "users": rewrite(users if isinstance(users, dict) else {})}
         try:
-            lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                users = rewrite(self._read())
-                temporary = self.path + ".tmp"
-                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump({"version": 1, "users": users}, f, indent=1, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(temporary, self.path)
-                directory = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-                try:
-                    os.fsync(directory)
-                finally:
-                    os.close(directory)
-            finally:
-                os.close(lock)
+            locked_json.rewrite(self.path, change)
         except OSError as exc:
             raise CredentialStoreError(f"cannot write {self.path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise CredentialStoreError(f"cannot read {self.path}: {exc}") from None

@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass, field
 
 from hpbroker.security import settings
+from hpbroker.security.authorizer import KAFKA_AUTHORIZERS
 from hpbroker.security.tls import SSL_KEYS
 from hpbroker.server.connection_limits import LISTENER_LIMIT_KEY, UNLIMITED, ConnectionLimits
 from hpbroker.storage.config import LOG_KEYS, ConfigError, LogConfig, is_broker_log_key, parse_bool
@@ -63,6 +64,11 @@ BROKER_KEYS = {
     "sasl.server.max.receive.size": (int, 524288),  # the largest frame before the login
     "connection.failed.authentication.delay.ms": (int, 100),
     "connections.max.reauth.ms": (int, 0),  # re-authentication (KIP-368) is not served: only 0
+    # ACLs (security/authorizer.py): empty is no authorization, as in Kafka; Kafka's
+    # AclAuthorizer (or StandardAuthorizer, or the old SimpleAclAuthorizer) is the one served
+    "authorizer.class.name": (str, ""),
+    "super.users": (str, ""),  # principals allowed everything, separated by ';'
+    "allow.everyone.if.no.acl.found": (parse_bool, False),
     # connection quotas (server/connection_limits.py); each also per listener, but per.ip
     "max.connections": (int, UNLIMITED),
     "max.connections.per.ip": (int, UNLIMITED),
@@ -420,5 +426,9 @@ class BrokerConfig:
                               "expected host:port[,host:port...][/chroot]")
         self.inter_broker_endpoint  # noqa: B018 -- parses the listeners, refuses a wildcard that would be advertised
         self.connection_limits  # noqa: B018 -- resolves the per-address overrides
+        authorizer = self.values["authorizer.class.name"].strip()
+        if authorizer and authorizer not in KAFKA_AUTHORIZERS:
+            raise ConfigError(f"authorizer.class.name {authorizer!r} is not served: hpbroker has Kafka's ACL "
+                              f"authorizer ({KAFKA_AUTHORIZERS[0]}), or none (empty)")
         if self.values["metrics.listen"]:
             parse_listener(self.values["metrics.listen"])

@@ -22,11 +22,12 @@ class BrokerMemory:
     payloads: PayloadArena  # records on their way to the worker owning their partition, and large frames
     moves: PartitionMoves  # standalone partitions handed from the worker their hash names to another
     loads: WorkerLoads  # each worker's CPU share of late, for placing connections (``workers/affinity.py``)
+    acl_changes: WriterCounters  # one slot per worker: bumped after it rewrote the standalone ACL file
     board: ClusterBoard | None = None  # cluster mode: the cluster image and the session, from the acceptor
 
     @classmethod
     def create(cls, workers: int, partition_slots: int = PARTITION_SLOTS, cluster: bool = False) -> BrokerMemory:
         return cls(PartitionTable(workers, partition_slots), WriterCounters(workers),
                    PayloadArena(workers, frame_bytes=FRAME_BYTES), PartitionMoves(workers),
-                   WorkerLoads(workers),
+                   WorkerLoads(workers), WriterCounters(workers),
                    ClusterBoard(workers) if cluster else None)

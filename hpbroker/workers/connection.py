@@ -48,7 +48,8 @@ from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, S
 from hpbroker.security.tls import TlsSettings
 from hpbroker.server.control_channel import Peer
 from hpbroker.workers import affinity, eager, observe, partition_moves
-from hpbroker.workers.context import CLIENT_HOST, LISTENER, CloseConnection, Later
+from hpbroker.workers.client_identity import CLIENT_HOST, LISTENER, PRINCIPAL
+from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.gathering import Gathering
 
@@ -96,6 +97,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.ctx = ctx
         self.origin = peer  # its client address and the name of the listener it came in on, as the acceptor saw
         self.listener = peer.listener if peer is not None else None
+        self.certificate_principal = ANONYMOUS  # on an SSL listener, once the handshake named it
         self.sasl = sasl  # on a SASL listener: the login, which must succeed before anything but ApiVersions
         self.tls = tls  # on a TLS listener: records are read from the files and written through it (no sendfile)
         self.routes = routes
@@ -167,6 +169,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if principal is None:
             self._drop("no rule of ssl.principal.mapping.rules maps its certificate's subject")
             return False
+        self.certificate_principal = principal
         # a certificate is a login: said as a SASL login is (an anonymous client only when asked)
         log.log(logging.DEBUG if principal == ANONYMOUS else logging.INFO, "%s connected from %s over TLS",
                 principal, self.peer)
@@ -175,6 +178,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _enter(self) -> None:
         CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
         LISTENER.set(self.listener)
+        PRINCIPAL.set(self.certificate_principal)
         SESSION.set(self.sasl)
         affinity.ROUTE.set(self.route)
         partition_moves.CALLER.set(self.source)

@@ -2,7 +2,6 @@
 and the owners of partitions and groups (``owners``: this worker or a peer,
 behind one client; see ``owners.py``)."""
 
-import contextvars
 import logging
 import os
 from collections import OrderedDict
@@ -13,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from hpbroker.security.credentials import FileCredentials
 from hpbroker.server.config import BrokerConfig
 from hpbroker.storage import filenames
+from hpbroker.workers.authorization import Access
+from hpbroker.workers.client_identity import CLIENT_HOST
 from hpbroker.workers.cluster_view import BrokerNode, StandaloneView
 from hpbroker.workers.producer_ids import ProducerIdAllocator
 from hpbroker.workers.topics import TopicRegistry
@@ -23,13 +24,6 @@ if TYPE_CHECKING:
 _MAX_OPEN_SEGMENTS = 512
 log = logging.getLogger(__name__)
 
-# The client host of the connection whose request is being handled (each
-# connection serves from its own task, hence its own context); DescribeGroups
-# shows it per member, as Kafka does ("/127.0.0.1").
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-# The listener that connection came in on: Metadata and FindCoordinator answer
-# with the brokers' addresses on that listener (None: the brokers' own).
-LISTENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("listener", default=None)
 
 
 class CloseConnection(Exception):
@@ -180,6 +174,9 @@ class WorkerContext:
         # shared.partition_table.TableReader: every partition's offsets as its owner
         # published them, read without asking it (None: ask the owner)
         self.partition_offsets = partition_offsets
+        # who may do what: everyone everything, unless an authorizer is set
+        self.access = Access()
+        self.acls: Any = None  # where ACLs live: security.acl_store.FileAcls or workers.zookeeper_acls.ZooKeeperAcls
         self.bytes_in = 0  # request bytes read from clients, for the acceptor's status line
         self.bytes_out = 0
 

@@ -21,6 +21,7 @@ from hpbroker.cluster.shared_link import SharedLink
 from hpbroker.protocol.framing import LARGE_FRAMES
 from hpbroker.replication import client
 from hpbroker.replication.fetcher import FetcherSettings
+from hpbroker.security.acl_store import ACLS_FILE, FileAcls
 from hpbroker.security.sasl import SaslSession
 from hpbroker.security.tls import HANDSHAKE_TIMEOUT_S, describe_failure
 from hpbroker.server import control_channel
@@ -32,6 +33,7 @@ from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
 from hpbroker.workers import observe
+from hpbroker.workers.authorization import Access, authorizer_for, file_refresh
 from hpbroker.workers.broker_clients import BrokerClients
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView, StandaloneView
@@ -51,6 +53,7 @@ from hpbroker.workers.publisher import Publisher
 from hpbroker.workers.replicas import ReplicaManager, ReplicaSettings
 from hpbroker.workers.topics import TopicRegistry
 from hpbroker.workers.transactions import TransactionCoordinator, markers
+from hpbroker.workers.zookeeper_acls import ZooKeeperAcls
 from hpbroker.workers.zookeeper_credentials import ZooKeeperCredentials
 
 log = logging.getLogger(__name__)
@@ -180,6 +183,19 @@ class Worker:
         assert self.link is not None  # cluster mode
         return self.peer_states.merged(self.link.image())
 
+    def _authorize(self) -> None:
+        """Where the ACLs live (ZooKeeper, or a file standalone) and, with an
+        authorizer configured, this worker's copy of them."""
+        authorizer = authorizer_for(self.config)
+        if self.link is not None:
+            link = self.link
+            self.ctx.acls = ZooKeeperAcls(link.admin, lambda: cast(ImageView, self.ctx.cluster).image)
+            self.ctx.access = Access(authorizer)
+        else:
+            changes = TopicChanges(self.memory.acl_changes, self.index)
+            self.ctx.acls = FileAcls(os.path.join(self.topics.log_dirs[0], ACLS_FILE), changes)
+            self.ctx.access = Access(authorizer, file_refresh(self.ctx.acls, changes))
+
     def _on_image(self, _image=None) -> None:
         """A new cluster image (on the event loop): topics, answers, then roles."""
         image = self._current_image()
@@ -187,6 +203,10 @@ class Worker:
         assert isinstance(topics, ClusterTopics) and self.replicas is not None  # cluster mode
         topics.apply(image)
         cast(ImageView, self.ctx.cluster).image = image
+        authorizer = self.ctx.access.authorizer
+        if authorizer is not None and authorizer.version != image.acl_version:
+            authorizer.load(image.acls, image.acl_version)
+        cast(ZooKeeperAcls, self.ctx.acls).image_changed()
         self.replicas.apply(image)
 
     def _on_peer_states(self) -> None:
@@ -234,6 +254,7 @@ class Worker:
                                  groups=self.groups, transactions=self.transactions, cluster=cluster,
                                  producer_ids=producer_ids, credentials=credentials,
                                  partition_offsets=self.memory.partitions.reader(owner_of=self.placement.owner))
+        self._authorize()
         client.use_security(self.config.security)  # the other brokers' listener may ask for TLS and a login
         self.broker_clients = BrokerClients(self.config.broker_id, self._broker_address)
         self.transactions.attach(owners, self.ctx.producer_ids, self.ctx.cluster, self.broker_clients,
@@ -302,6 +323,7 @@ class Worker:
         self.topics.log_config = config.log
         self.logs.config = config.log
         self.logs.reconfigure()
+        self.ctx.access.configure(config)
         client.use_security(config.security)
         log.info("worker %d applied the reloaded log settings", self.index)
 

@@ -58,7 +58,8 @@ from hpbroker.server.ownership import OFFSETS_TOPIC
 from hpbroker.shared.broker_memory import BrokerMemory
 from hpbroker.shared.counters import TopicChanges
 from hpbroker.storage import LogManager
-from hpbroker.workers.context import CLIENT_HOST, BrokerIdentity, Later, WorkerContext
+from hpbroker.workers.client_identity import CLIENT_HOST
+from hpbroker.workers.context import BrokerIdentity, Later, WorkerContext
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.groups import GroupCoordinator
 from hpbroker.workers.handlers import ROUTES

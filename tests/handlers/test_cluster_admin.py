@@ -22,19 +22,23 @@ from tests.handlers.conftest import (
     request,
 )
 
-NO_OPERATIONS = -2147483648
 PREFERRED, UNCLEAN = 0, 1
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 
 
 # --- DescribeCluster -------------------------------------------------------------------------
+# CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE: bits 5, 7-12
+ALL_CLUSTER_OPERATIONS = 8096
+
+
 @pytest.mark.parametrize("version", [0, 2])
 def test_describe_cluster(broker, version):
     answer = broker.send(request(DESCRIBE_CLUSTER, version, include_cluster_authorized_operations=True,
                                  endpoint_type=BROKER_ENDPOINT))
     assert (answer.error_code, answer.cluster_id, answer.controller_id) == (ErrorCode.none, CLUSTER_ID, 0)
     assert [(b.broker_id, b.host, b.port, b.rack) for b in answer.brokers] == [(0, HOST, PORT, None)]
-    assert answer.cluster_authorized_operations == NO_OPERATIONS
+    # asked for, with no authorizer: every operation of the cluster (Kafka's answer)
+    assert answer.cluster_authorized_operations == ALL_CLUSTER_OPERATIONS
     if version >= 1:
         assert answer.endpoint_type == BROKER_ENDPOINT
     if version >= 2:

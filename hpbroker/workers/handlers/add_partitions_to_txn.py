@@ -8,6 +8,8 @@ sends another: several transactions in one request, for a produce's
 verification (KIP-890) with ``verify_only``."""
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.per_partition import denied_topics
 from hpbroker.workers.handlers.txn_common import for_version
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import AddTxnPartitions
@@ -21,8 +23,12 @@ async def handle(ctx, header, request):
         return await _batched(ctx, m, request)
     wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
+    denied = denied_topics(ctx, Operation.WRITE, wanted)
     unknown = {(t, p) for t, p in wanted if (info := ctx.topics.get(t)) is None or not 0 <= p < info.partitions}
-    if unknown:
+    if denied:  # Kafka's answer: the denied ones said, the others not attempted
+        errors = {(t, p): ErrorCode.topic_authorization_failed if t in denied else ErrorCode.operation_not_attempted
+                  for t, p in wanted}
+    elif unknown:
         errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
                   for tp in wanted}
     else:

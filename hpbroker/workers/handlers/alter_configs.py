@@ -8,6 +8,8 @@ resource is refused with a message saying so.
 """
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.guards import config_refusal
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -37,6 +39,9 @@ def _incremental(current: dict, changes) -> dict:
 
 
 async def _apply(ctx, resource, incremental: bool, validate_only: bool):
+    denied = config_refusal(ctx, resource, Operation.ALTER_CONFIGS)
+    if denied is not None:
+        return denied
     if resource.resource_type == BROKER:
         return ErrorCode.invalid_request, "broker settings come from server.properties: edit it and send SIGHUP"
     if resource.resource_type != TOPIC:

@@ -4,6 +4,8 @@ classic group, or none, is GROUP_ID_NOT_FOUND (clients then ask DescribeGroups).
 
 import asyncio
 
+from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import DescribeConsumerGroup
 
@@ -16,9 +18,15 @@ def _assignment(m, topics):
         for topic_id, name, partitions in topics))
 
 
+async def _denied(group_id: str):
+    return DescribeConsumerGroup(group_id).unanswered(ErrorCode.group_authorization_failed)
+
+
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    answers = await asyncio.gather(*(ctx.owners.ask(DescribeConsumerGroup(gid)) for gid in request.group_ids))
+    answers = await asyncio.gather(*(ctx.owners.ask(DescribeConsumerGroup(gid))
+                                     if ctx.access.group(Operation.DESCRIBE, gid) else _denied(gid)
+                                     for gid in request.group_ids))
     return make(m.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(
         make(m.DescribedGroup, error_code=d.error, error_message=d.message, group_id=gid, group_state=d.state,
              group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch, assignor_name=d.assignor,

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from hpbroker.workers.handlers.config_entries import topic_config_entries
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
@@ -53,7 +54,11 @@ async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     names = Counter(topic.name for topic in request.topics)
     # a topic named twice in one request is created neither time, as in Kafka
+    # CREATE on the cluster, or else on each topic (Kafka's checks)
+    anywhere = ctx.access.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True)
     checked = [TopicError(ErrorCode.invalid_request, "found multiple entries for this topic") if names[topic.name] > 1
+               else TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+               if not (anywhere or ctx.access.topic(Operation.CREATE, topic.name))
                else _checked(ctx, topic) for topic in request.topics]
     # All of the request's topics at once: a reader on another worker sees all or none, as in Kafka.
     made = iter(await ctx.topics.create_all([c for c in checked if not isinstance(c, TopicError)],
@@ -70,13 +75,18 @@ async def handle(ctx, header, request):
                                 replication_factor=-1, configs=()))
             continue
         entries = ()
-        if hasattr(m, "CreatableTopicConfigs"):  # v5+ echo the effective configs
+        config_error = ErrorCode.none
+        if hasattr(m, "CreatableTopicConfigs") and not ctx.access.topic(Operation.DESCRIBE_CONFIGS, outcome.name,
+                                                                          quiet=True):
+            config_error = ErrorCode.topic_authorization_failed  # created; its configs not shown
+        elif hasattr(m, "CreatableTopicConfigs"):  # v5+ echo the effective configs
             entries = tuple(make(m.CreatableTopicConfigs, name=name, value=value, read_only=False,
                                  config_source=source, is_sensitive=False)
                             for name, value, source, _ in topic_config_entries(ctx, outcome.name, outcome.configs))
         results.append(make(m.CreatableTopicResult, name=topic.name, topic_id=outcome.topic_id,
                             error_code=ErrorCode.none, error_message=None, num_partitions=outcome.partitions,
-                            replication_factor=_factor(ctx, outcome.name), configs=entries))
+                            replication_factor=_factor(ctx, outcome.name), configs=entries,
+                            topic_config_error_code=config_error))
     return make(m.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 

@@ -8,6 +8,7 @@ longer has the topic."""
 import time
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import DeletePartition
 from hpbroker.workers.topics import TopicError
@@ -30,6 +31,12 @@ async def _delete_in_cluster(ctx, info, deadline: float):
 
 async def _delete(ctx, name, topic_id, deadline: float):
     info = ctx.topics.get(name) if name else ctx.topics.by_id(topic_id)
+    known = info.name if info is not None else name
+    # Kafka's checks: DESCRIBE (whether it exists is not told without it), then DELETE
+    if known is not None and not (ctx.access.topic(Operation.DESCRIBE, known)
+                                  and ctx.access.topic(Operation.DELETE, known)):
+        return (name, topic_id, ErrorCode.topic_authorization_failed,
+                "DELETE on this topic is not allowed")
     if info is None:
         error = ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
         return name, topic_id, error, "no such topic"

@@ -2,7 +2,7 @@
 this broker, which is also the controller)."""
 
 from hpbroker.errors import ErrorCode
-from hpbroker.workers.context import LISTENER
+from hpbroker.workers.client_identity import LISTENER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 60
@@ -23,4 +23,5 @@ async def handle(ctx, header, request):
                          is_fenced=False) for b in ctx.cluster.brokers(LISTENER.get()))
     return make(m.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
                 endpoint_type=BROKERS, cluster_id=ctx.identity.cluster_id, controller_id=ctx.cluster.controller_id,
-                brokers=brokers, cluster_authorized_operations=_NO_OPERATIONS)
+                brokers=brokers, cluster_authorized_operations=ctx.access.cluster_operations()
+                if request.include_cluster_authorized_operations else _NO_OPERATIONS)

@@ -2,7 +2,9 @@
 from) or the broker's."""
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
 from hpbroker.workers.handlers.config_entries import broker_config_entries, topic_config_entries
+from hpbroker.workers.handlers.guards import config_refusal
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 32
@@ -10,6 +12,9 @@ TOPIC, BROKER = 2, 4
 
 
 def _entries(ctx, resource):
+    denied = config_refusal(ctx, resource, Operation.DESCRIBE_CONFIGS)
+    if denied is not None:
+        return *denied, []
     if resource.resource_type == TOPIC:
         info = ctx.topics.get(resource.resource_name)
         if info is None:

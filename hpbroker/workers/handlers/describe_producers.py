@@ -3,7 +3,8 @@ keeps them (id, epoch, last sequence and timestamp, coordinator epoch, and the
 first offset of its open transaction, -1 when none), what operators look at
 to find a transaction that holds a partition's last stable offset back."""
 
-from hpbroker.workers.handlers.per_partition import ask_each, by_topic
+from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.per_partition import ask_each, by_topic, denied_topics
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import DescribeProducers
 
@@ -13,7 +14,7 @@ API_KEY = 61
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     work = [(t.name, partition) for t in request.topics for partition in t.partition_indexes]
-    results = await ask_each(ctx, work, DescribeProducers)
+    results = await ask_each(ctx, work, DescribeProducers, denied=denied_topics(ctx, Operation.READ, work))
     return make(m.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(
         make(m.TopicResponse, name=topic, partitions=tuple(
             make(m.PartitionResponse, partition_index=partition, error_code=r.error, active_producers=tuple(

@@ -16,6 +16,7 @@ import os
 import time
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
 from hpbroker.storage.recent_batches import whole_batches
 from hpbroker.workers import affinity, observe
 from hpbroker.workers.fetch_response import FileRegion, PartitionResult, TopicResult, encode_fetch_response
@@ -172,8 +173,15 @@ async def handle(ctx, header, request):
     # READ_COMMITTED (1): up to the last stable offset, told which transactions were aborted
     read_committed = replica is None and request.isolation_level == 1
     wanted = []  # (topic request, info, unknown error, [partitions])
+    # a follower needs CLUSTER_ACTION, a consumer READ on each topic (Kafka's checks)
+    follower_denied = replica is not None and not ctx.access.cluster(Operation.CLUSTER_ACTION)
     for topic in request.topics:
         info, unknown = _resolve(ctx, topic, version)
+        if ctx.access.enabled:
+            name = info.name if info is not None else getattr(topic, "topic", None)
+            if follower_denied or (replica is None and name is not None
+                                   and not ctx.access.topic(Operation.READ, name)):
+                info, unknown = None, ErrorCode.topic_authorization_failed
         wanted.append((topic, info, unknown, topic.partitions))
     while True:
         located = await _locate_all(ctx, wanted, max_bytes, replica, read_committed)

@@ -5,8 +5,9 @@ is found per request, inside the broker).  Each topic is created on the first
 lookup, as Kafka does.  v4+ batch the keys."""
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
 from hpbroker.server.ownership import OFFSETS_TOPIC, TRANSACTION_TOPIC
-from hpbroker.workers.context import LISTENER
+from hpbroker.workers.client_identity import LISTENER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 10
@@ -15,6 +16,10 @@ GROUP, TRANSACTION = 0, 1
 
 async def _find(ctx, key_type: int, key: str):
     """(error, message, coordinator node or None) for one key."""
+    if key_type == TRANSACTION and not ctx.access.transactional_id(Operation.DESCRIBE, key):
+        return ErrorCode.transactional_id_authorization_failed, "DESCRIBE on the transactional id is not allowed", None
+    if key_type == GROUP and not ctx.access.group(Operation.DESCRIBE, key):
+        return ErrorCode.group_authorization_failed, "DESCRIBE on the group is not allowed", None
     if key_type == TRANSACTION:
         if not key:
             return ErrorCode.invalid_request, "an empty transactional id", None

@@ -5,6 +5,7 @@ the lists merged.  v4 filters by state, v5 by type (all groups here are
 import asyncio
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import CLUSTER_NAME, Operation, ResourceType
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import ListGroups
 
@@ -19,6 +20,10 @@ async def handle(ctx, header, request):
     # the first failure, as a partial list is still returned
     error = next((a.error for a in answers if a.error != ErrorCode.none), ErrorCode.none)
     rows = sorted((g.group_id, g.protocol_type, g.state, g.group_type) for a in answers for g in a.groups)
+    # without DESCRIBE on the cluster, only the groups the client may describe (never an error)
+    if ctx.access.enabled and not ctx.access.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME,
+                                                     quiet=True):
+        rows = [row for row in rows if ctx.access.allowed(Operation.DESCRIBE, ResourceType.GROUP, row[0], quiet=True)]
     return make(m.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error, groups=tuple(
         make(m.ListedGroup, group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
         for gid, ptype, state, gtype in rows))

@@ -9,9 +9,10 @@ without kio objects (``protocol/list_offsets_response.py``)."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol import list_offsets_response
+from hpbroker.security.acls import Operation
 from hpbroker.sentinels import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED
 from hpbroker.shared.partition_table import PartitionOffsets
-from hpbroker.workers.handlers.per_partition import ask_each, by_topic
+from hpbroker.workers.handlers.per_partition import ask_each, by_topic, denied_topics
 from hpbroker.workers.owner_calls import ListedOffset, ListOffset
 
 API_KEY = 2
@@ -36,7 +37,8 @@ async def handle(ctx, header, request):
     read_committed = getattr(request, "isolation_level", 0) == 1  # v2+: latest is the last stable offset
     work = [(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1), read_committed)
             for t in request.topics for p in t.partitions]
-    results = await ask_each(ctx, work, ListOffset, published=published)
+    results = await ask_each(ctx, work, ListOffset, published=published,
+                             denied=denied_topics(ctx, Operation.DESCRIBE, work))
     return [list_offsets_response.encode(header.correlation_id, header.api_version, [
         (topic, [(partition, r.error, r.timestamp, r.offset, r.leader_epoch) for (_, partition, *_), r in rows])
         for topic, rows in by_topic(work, results)])]

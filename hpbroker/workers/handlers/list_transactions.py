@@ -5,6 +5,7 @@ echoed back, as Kafka does), producer ids, and (v1) a minimum running time."""
 import asyncio
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation, ResourceType
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import ListTxns
 from hpbroker.workers.transactions.state import TxnState
@@ -23,7 +24,9 @@ async def handle(ctx, header, request):
     else:
         answers = await asyncio.gather(*(ctx.owners.ask(call, worker) for worker in range(ctx.workers)))
     error = next((a.error for a in answers if a.error != ErrorCode.none), ErrorCode.none)
-    rows = sorted((t.transactional_id, t.producer_id, t.state) for a in answers for t in a.transactions)
+    rows = sorted((t.transactional_id, t.producer_id, t.state) for a in answers for t in a.transactions
+                  if ctx.access.allowed(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id,
+                                        quiet=True))
     return make(m.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
                 unknown_state_filters=unknown, transaction_states=tuple(
                     make(m.TransactionState, transactional_id=tid, producer_id=pid, transaction_state=state)

@@ -1,13 +1,17 @@
 """Metadata (3): every live broker, and each partition's leader, replicas,
 ISR and offline replicas (standalone: this broker for all); topics may be
-created on first mention (``auto.create.topics.enable``, ``num.partitions``)."""
+created on first mention (``auto.create.topics.enable``, ``num.partitions``).
+With an authorizer, a listing of all topics leaves out those the client may
+not DESCRIBE; a topic named is TOPIC_AUTHORIZATION_FAILED then, and so is
+one that would be created without CREATE on the cluster or on it."""
 
 import logging
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation, ResourceType
 from hpbroker.sentinels import NO_LEADER
+from hpbroker.workers.client_identity import LISTENER
 from hpbroker.workers.cluster_view import PartitionView
-from hpbroker.workers.context import LISTENER
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
@@ -46,13 +50,23 @@ async def handle(ctx, header, request):
     ctx.topics.refresh()  # topics created, grown or deleted through the other workers
     requested = _requested(ctx, header, request)
     allow_create = getattr(request, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
+    access = ctx.access
     entries = []
-    if requested is None:
-        entries = [(t.name, t.topic_id, t, ErrorCode.none) for t in ctx.topics.all()]
+    if requested is None:  # every topic the client may describe, the others left out
+        entries = [(t.name, t.topic_id, t, ErrorCode.none) for t in ctx.topics.all()
+                   if access.topic(Operation.DESCRIBE, t.name, quiet=True)]
     else:
         for name, topic_id, info in requested:
             error = ErrorCode.none
+            known = info.name if info is not None else name
+            if known is not None and not access.topic(Operation.DESCRIBE, known):
+                # as Kafka answers: whether the topic exists is not told
+                entries.append((name, topic_id, None, ErrorCode.topic_authorization_failed))
+                continue
             if info is None and name is not None and allow_create:
+                if not (access.cluster(Operation.CREATE) or access.topic(Operation.CREATE, name)):
+                    entries.append((name, topic_id, None, ErrorCode.topic_authorization_failed))
+                    continue
                 info, error = await _auto_create(ctx, name)
             elif info is None:
                 error = ErrorCode.unknown_topic_or_partition if name is not None else ErrorCode.unknown_topic_id
@@ -69,12 +83,16 @@ async def handle(ctx, header, request):
             m.MetadataResponseTopic, error_code=error, name=info.name if info else name,
             # an unknown id is echoed, as Kafka does, so the client can tell which one
             topic_id=info.topic_id if info else topic_id, is_internal=bool(info and info.is_internal),
-            partitions=partitions, topic_authorized_operations=_NO_OPERATIONS))
+            partitions=partitions,
+            topic_authorized_operations=access.operations(ResourceType.TOPIC, info.name)
+            if info is not None and getattr(request, "include_topic_authorized_operations", False)
+            else _NO_OPERATIONS))
     brokers = tuple(make(m.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
                     for b in ctx.cluster.brokers(LISTENER.get()))
     return make(m.MetadataResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, brokers=brokers,
                 cluster_id=me.cluster_id, controller_id=ctx.cluster.controller_id, topics=tuple(topics),
-                cluster_authorized_operations=_NO_OPERATIONS)
+                cluster_authorized_operations=access.cluster_operations()
+                if getattr(request, "include_cluster_authorized_operations", False) else _NO_OPERATIONS)
 
 
 def _reachable(ctx, topic: str, partition: int, version: int) -> PartitionView:

@@ -4,6 +4,8 @@ Partitions of topics that do not exist get UNKNOWN_TOPIC_OR_PARTITION (as
 Kafka's KafkaApis filters them before the coordinator)."""
 
 from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.per_partition import denied_topics
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.owner_calls import OffsetCommit
 
@@ -12,12 +14,16 @@ API_KEY = 8
 
 def known_offsets(ctx, topics) -> tuple[list[tuple], dict[tuple[str, int], ErrorCode]]:
     """A commit's rows ``(topic, partition, offset, leader epoch, metadata)`` for
-    partitions that exist; the others answered UNKNOWN_TOPIC_OR_PARTITION."""
+    partitions that exist and whose topic the client may READ; the others
+    answered UNKNOWN_TOPIC_OR_PARTITION or TOPIC_AUTHORIZATION_FAILED."""
     known, results = [], {}
+    denied = denied_topics(ctx, Operation.READ, [(t.name,) for t in topics])
     for t in topics:
         info = ctx.topics.get(t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if t.name in denied:
+                results[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 results[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 known.append((t.name, p.partition_index, p.committed_offset,

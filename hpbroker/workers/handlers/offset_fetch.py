@@ -5,17 +5,36 @@ error is repeated on every partition."""
 
 import asyncio
 
+import msgspec
+
+from hpbroker.errors import ErrorCode
+from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.per_partition import denied_topics
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
-from hpbroker.workers.owner_calls import OffsetFetch
+from hpbroker.workers.owner_calls import FetchedOffset, FetchedOffsets, OffsetFetch
 
 API_KEY = 9
 
 
 async def _fetch(ctx, group_id, topics, require_stable):
     wanted = None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics]
-    fetched = await ctx.owners.ask(OffsetFetch(group_id, wanted, require_stable))
+    if not ctx.access.group(Operation.DESCRIBE, group_id):
+        return OffsetFetch(group_id, wanted).unanswered(ErrorCode.group_authorization_failed)
+    denied = denied_topics(ctx, Operation.DESCRIBE, wanted or ())
+    asked = wanted if not denied else [(topic, parts) for topic, parts in wanted or () if topic not in denied]
+    fetched = await ctx.owners.ask(OffsetFetch(group_id, asked, require_stable)) if asked != [] else FetchedOffsets(
+        ErrorCode.none)
     if fetched.error and wanted is not None:  # every partition answers the group's error too
-        fetched = OffsetFetch(group_id, wanted).unanswered(fetched.error)
+        return OffsetFetch(group_id, wanted).unanswered(fetched.error)
+    if ctx.access.enabled:
+        if wanted is None:  # all the group's offsets: those of topics it may not describe left out
+            described = ctx.access.topics(Operation.DESCRIBE, {x.topic for x in fetched.partitions}, quiet=True)
+            fetched = msgspec.structs.replace(
+                fetched, partitions=[x for x in fetched.partitions if x.topic in described])
+        elif denied:  # in the order asked, the denied ones answered TOPIC_AUTHORIZATION_FAILED
+            found = {(x.topic, x.partition): x for x in fetched.partitions}
+            fetched = msgspec.structs.replace(fetched, partitions=[found.get((topic, p)) or FetchedOffset(
+                topic, p, error=ErrorCode.topic_authorization_failed) for topic, parts in wanted for p in parts])
     return fetched
 
 

@@ -9,23 +9,28 @@ answers back into the request's topics, in the request's order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from hpbroker.errors import ErrorCode
 
 
 async def ask_each(ctx, work: list[tuple], make_call: Callable, *,
-                   unknown=ErrorCode.unknown_topic_or_partition, published: Callable | None = None) -> list:
+                   unknown=ErrorCode.unknown_topic_or_partition, published: Callable | None = None,
+                   denied: Collection[str] = ()) -> list:
     """For each ``(topic, partition, *rest)`` of ``work``, the result of
     ``make_call(topic, partition, *rest)`` from the partition's owner; or,
     when ``published(offsets, *rest)`` makes one of what the owner published
     in the shared partition table (``ctx.partition_offsets``), that result
-    without asking the owner."""
+    without asking the owner.  A partition of a ``denied`` topic is answered
+    TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not."""
     results: list = [None] * len(work)
     calls, slots = [], []
     table = ctx.partition_offsets if published is not None else None
     for i, (topic, partition, *rest) in enumerate(work):
         call = make_call(topic, partition, *rest)
+        if denied and topic in denied:
+            results[i] = call.unanswered(ErrorCode.topic_authorization_failed)
+            continue
         info = ctx.topics.get(topic, partition)
         if info is None or not 0 <= partition < info.partitions:
             results[i] = call.unanswered(unknown)
@@ -58,3 +63,11 @@ def wanted_by_topic(topics, name: Callable, partitions: Callable) -> dict[str, s
     for topic in topics:
         wanted.setdefault(name(topic), set()).update(int(p) for p in partitions(topic))
     return wanted
+
+
+def denied_topics(ctx, operation, work: Iterable[tuple]) -> frozenset[str]:
+    """The topics of ``work`` (``(topic, ...)`` items) the request may not do ``operation`` on."""
+    if not ctx.access.enabled:
+        return frozenset()
+    names = {item[0] for item in work}
+    return frozenset(names - ctx.access.topics(operation, names))

@@ -20,9 +20,10 @@ from hpbroker.errors import ErrorCode
 from hpbroker.kernels import layout
 from hpbroker.protocol import produce_response
 from hpbroker.records.batch import first_is_transactional, first_producer
+from hpbroker.security.acls import Operation
 from hpbroker.workers import eager
 from hpbroker.workers.context import CloseConnection, Later
-from hpbroker.workers.handlers.per_partition import ask_each
+from hpbroker.workers.handlers.per_partition import ask_each, denied_topics
 from hpbroker.workers.owner_calls import AddTxnPartitions, Append, AppendResult, WaitReplicated
 from hpbroker.workers.transactions import markers
 
@@ -33,6 +34,7 @@ _COORDINATOR_AWAY = (ErrorCode.coordinator_not_available, ErrorCode.not_coordina
                      ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
 _INT32 = struct.Struct(">i")
 _NO_RECORDS = AppendResult(ErrorCode.corrupt_message, message="no records")
+_DENIED = AppendResult(ErrorCode.topic_authorization_failed, message="WRITE on this topic is not allowed")
 
 
 def _refused(version: int, records) -> AppendResult | None:
@@ -66,14 +68,16 @@ def _refused(version: int, records) -> AppendResult | None:
     return None
 
 
-async def _append_all(ctx, work, acks: int, transactional_id: str | None, version: int) -> list:
+async def _append_all(ctx, work, acks: int, transactional_id: str | None, version: int,
+                      denied: frozenset[str] = frozenset()) -> list:
     """Append each partition's batches through its owner, one call per owner
     (the owner checks leadership and, for acks=all, min.insync.replicas),
-    but for the partitions ``_refused`` answers already."""
+    but for the partitions ``_refused`` answers already and those of the
+    topics the producer may not write (``denied``)."""
     def append(topic: str, partition: int, records) -> Append:
         return Append(topic, partition, records, acks)
 
-    refused = [_refused(version, records) for _, _, records in work]
+    refused = [_DENIED if topic in denied else _refused(version, records) for topic, _, records in work]
     if refused.count(None) == len(work):  # the usual request
         results = await ask_each(ctx, work, append)
     else:
@@ -161,8 +165,12 @@ async def handle(ctx, header, request):
         results = [AppendResult(ErrorCode.transactional_id_authorization_failed,
                                 message="transactional records in a produce request without a transactional id")
                    ] * len(work)
+    elif transactional_id is not None and not ctx.access.transactional_id(Operation.WRITE, transactional_id):
+        results = [AppendResult(ErrorCode.transactional_id_authorization_failed,
+                                message=f"WRITE on transactional id {transactional_id!r} is not allowed")] * len(work)
     else:
-        results = await _append_all(ctx, work, acks, transactional_id, header.api_version)
+        results = await _append_all(ctx, work, acks, transactional_id, header.api_version,
+                                    denied_topics(ctx, Operation.WRITE, work))
         if any(_waits(acks, r) for r in results):
             # appended: the next request may be handled while this one waits for the replicas
             # (or its group commit's fsync). The wait keeps where the records went, not the

@@ -7,7 +7,7 @@ import logging
 from hpbroker.errors import ErrorCode
 from hpbroker.security import sasl
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.workers.context import CLIENT_HOST
+from hpbroker.workers.client_identity import CLIENT_HOST
 from hpbroker.workers.kio_build import make, response_module
 
 API_KEY = 17
