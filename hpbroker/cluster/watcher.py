@@ -252,7 +252,7 @@ class ImageWatcher:
                 log.error("ignoring topic %s's config: %s", topic, exc)
         return lambda data, _stat: self._update(lambda: change(data), while_=lambda: topic in self._watched_topics)
 
-    # --- ACLs: a watch per resource pattern that has any -----------------------------------------
+    # --- ACLs: a watch per resource pattern that has (or had) any --------------------------------
     def _acl_children(self, kind: ResourceType, pattern: PatternType, parent: str):
         def on_children(children: list[str]) -> bool:
             with self._lock:
@@ -271,11 +271,12 @@ class ImageWatcher:
                 if self._stopped:
                     return False
                 if data is None:  # its last ACL removed: the znode goes with it
-                    self._watched_acls.discard(resource)
+                    # the watch goes on: a znode made again at once may be listed before this news
+                    # arrives, so a new watch from _acl_children could not be counted on
                     if self._acls.pop(resource, None) is not None:
                         self._acl_version += 1
                         self._changed()
-                    return False  # made again later: _acl_children watches it anew
+                    return True
                 try:
                     entries = decode_entries(data)
                 except AclError as exc:

@@ -21,6 +21,7 @@ from hpbroker.cluster import znodes
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol.schemas import request_type
 from hpbroker.storage.config import LogConfig
+from hpbroker.workers.authorization import Access
 from hpbroker.workers.cluster_topics import ClusterTopics
 from hpbroker.workers.cluster_view import BrokerNode, ImageView
 from hpbroker.workers.handlers import ROUTES
@@ -47,7 +48,7 @@ async def worker_view(chroot, tmp_path):
         view.image = image
     on_image(link.image())
     link.publish_to(on_image, lambda session: on_image(link.image()))
-    return SimpleNamespace(cluster=view, topics=topics, identity=SimpleNamespace(broker_id=1),
+    return SimpleNamespace(cluster=view, topics=topics, identity=SimpleNamespace(broker_id=1), access=Access(),
                            producer_ids=ClusterProducerIds(link, 1)), lent
 
 

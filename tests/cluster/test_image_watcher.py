@@ -1,5 +1,7 @@
-"""The image's live brokers, kept by ``ImageWatcher`` against a real ZooKeeper,
+"""The image's live brokers and ACLs, kept by ``ImageWatcher`` against a real ZooKeeper,
 through sessions that expire and registrations that come back."""
+
+import json
 
 import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
@@ -8,6 +10,7 @@ from harness.waiting import wait_for
 from harness.zookeeper import expire_session
 from hpbroker.cluster import registration, session, znodes
 from hpbroker.cluster.watcher import ImageWatcher
+from hpbroker.security.acls import PatternType, Resource, ResourceType
 
 SESSION_MS = 4000
 WAIT_S = 20
@@ -123,3 +126,37 @@ def test_a_partition_state_read_before_a_re_read_does_not_replace_it(sessions):
     wait_for(lambda: "moved" not in watcher.image().topics, WAIT_S, "the watcher to see the topic deleted")
     write_topic()  # the state's node is new: version 0 again, and a newer zxid
     wait_for(lambda: leader() == 1, WAIT_S, "the watcher to see the topic made again")
+
+
+def test_acls_follow_their_znodes_even_when_one_is_made_again_at_once(sessions):
+    """Each resource pattern's znode is watched: a change shows in the image
+    with a new ACL version; a znode deleted and made again straight away (a
+    last ACL removed, then a new one added) is still followed."""
+    writer = sessions()
+    _client, watcher = sessions(watched=True)
+    path = znodes.acl_path("Topic", "orders", False)
+
+    def entries(*operations: str) -> bytes:
+        return json.dumps({"version": 1, "acls": [{"principal": "User:app", "permissionType": "Allow",
+                                                   "operation": op, "host": "*"} for op in operations]}).encode()
+
+    def operations() -> set:
+        found = watcher.image().acls.get(Resource(ResourceType.TOPIC, "orders", PatternType.LITERAL), ())
+        return {entry.operation.name for entry in found}
+
+    writer.create(path, entries("Read"))
+    wait_for(lambda: operations() == {"READ"}, WAIT_S, "the watcher to see the ACL")
+    version = watcher.image().acl_version
+    writer.set(path, entries("Read", "Write"))
+    wait_for(lambda: operations() == {"READ", "WRITE"}, WAIT_S, "the watcher to see the change")
+    assert watcher.image().acl_version > version
+    for _ in range(5):
+        writer.delete(path)
+        writer.create(path, entries("Describe"))
+    wait_for(lambda: operations() == {"DESCRIBE"}, WAIT_S, "the watcher to follow the znode made again")
+    writer.delete(path)
+    wait_for(lambda: operations() == set(), WAIT_S, "the watcher to see the ACLs gone")
+    prefixed = znodes.acl_path("Group", "billing-", True)
+    writer.create(prefixed, entries("Read"), makepath=True)
+    wait_for(lambda: Resource(ResourceType.GROUP, "billing-", PatternType.PREFIXED) in watcher.image().acls,
+             WAIT_S, "the watcher to see a prefixed ACL")

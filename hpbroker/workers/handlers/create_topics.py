@@ -53,9 +53,9 @@ async def _until_led(ctx, names: list[str], timeout_s: float) -> None:
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
     names = Counter(topic.name for topic in request.topics)
-    # a topic named twice in one request is created neither time, as in Kafka
     # CREATE on the cluster, or else on each topic (Kafka's checks)
     anywhere = ctx.access.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True)
+    # a topic named twice in one request is created neither time, as in Kafka
     checked = [TopicError(ErrorCode.invalid_request, "found multiple entries for this topic") if names[topic.name] > 1
                else TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                if not (anywhere or ctx.access.topic(Operation.CREATE, topic.name))
