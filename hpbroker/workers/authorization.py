@@ -16,7 +16,6 @@ host), at most once a minute for the same one.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import logging
 from collections.abc import Callable, Iterable
@@ -27,7 +26,7 @@ from hpbroker.security.authorizer import Authorizer, all_operations, parse_super
 from hpbroker.security.principal_rules import ANONYMOUS
 from hpbroker.security.sasl import SESSION
 from hpbroker.server.logging_setup import Throttled
-from hpbroker.workers.client_identity import CLIENT_HOST, PRINCIPAL
+from hpbroker.workers.client_identity import CLIENT_HOST, CLIENT_IP, PRINCIPAL
 
 log = logging.getLogger("hpbroker.authorizer")
 _denials = Throttled(log)
@@ -47,20 +46,19 @@ def principal() -> str:
 
 
 def client_ip() -> str:
-    """The client's address as Kafka's ACLs name hosts: Java's form, which
-    writes IPv6 uncompressed (``0:0:0:0:0:0:0:1``, not ``::1``)."""
-    host = CLIENT_HOST.get().lstrip("/")
-    if ":" not in host:
-        return host
-    return _java_ipv6(host)
+    """The client's address as Kafka's ACLs name hosts (its connection works it out once)."""
+    return CLIENT_IP.get() or acl_host(CLIENT_HOST.get().lstrip("/"))
 
 
-@functools.lru_cache(maxsize=4096)
-def _java_ipv6(host: str) -> str:
+def acl_host(address: str) -> str:
+    """An IP address in Java's form, as Kafka compares ACL hosts: IPv6
+    uncompressed (``0:0:0:0:0:0:0:1``, not ``::1``)."""
+    if ":" not in address:
+        return address
     try:
-        groups = ipaddress.IPv6Address(host.split("%", 1)[0]).exploded.split(":")
+        groups = ipaddress.IPv6Address(address.split("%", 1)[0]).exploded.split(":")
     except ValueError:
-        return host
+        return address
     return ":".join(f"{int(group, 16):x}" for group in groups)
 
 
@@ -96,10 +94,13 @@ class Access:
     def allowed(self, operation: Operation, kind: ResourceType, name: str, *, quiet: bool = False) -> bool:
         """Whether the request may do ``operation`` on the resource; a denial is
         logged unless ``quiet`` (a resource merely left out of a listing)."""
-        if self.authorizer is None:
+        authorizer = self.authorizer
+        if authorizer is None:
             return True
+        if self._refresh is not None:
+            self._refresh(authorizer)
         who, host = principal(), client_ip()
-        if self._current().allowed(who, host, operation, kind, name):
+        if authorizer.allowed(who, host, operation, kind, name):
             return True
         if not quiet:
             _denials.log(logging.INFO, (who, host, operation, kind, name),

@@ -13,3 +13,5 @@ LISTENER: contextvars.ContextVar[str | None] = contextvars.ContextVar("listener"
 # Who the client is before any SASL login: its certificate's principal on an SSL
 # listener, else User:ANONYMOUS (a SASL login's principal is its session's)
 PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", default="User:ANONYMOUS")
+# The same client's address as ACLs name hosts (Java's form: IPv6 uncompressed), made once per connection
+CLIENT_IP: contextvars.ContextVar[str] = contextvars.ContextVar("client_ip", default="")

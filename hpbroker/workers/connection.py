@@ -48,7 +48,8 @@ from hpbroker.security.sasl import ALLOWED_BEFORE, SASL_AUTHENTICATE, SESSION, S
 from hpbroker.security.tls import TlsSettings
 from hpbroker.server.control_channel import Peer
 from hpbroker.workers import affinity, eager, observe, partition_moves
-from hpbroker.workers.client_identity import CLIENT_HOST, LISTENER, PRINCIPAL
+from hpbroker.workers.authorization import acl_host
+from hpbroker.workers.client_identity import CLIENT_HOST, CLIENT_IP, LISTENER, PRINCIPAL
 from hpbroker.workers.context import CloseConnection, Later
 from hpbroker.workers.fetch_response import FileRegion
 from hpbroker.workers.gathering import Gathering
@@ -176,7 +177,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return True
 
     def _enter(self) -> None:
-        CLIENT_HOST.set("/" + self.peer.rsplit(":", 1)[0])
+        address = self.peer.rsplit(":", 1)[0]
+        CLIENT_HOST.set("/" + address)
+        CLIENT_IP.set(acl_host(address))
         LISTENER.set(self.listener)
         PRINCIPAL.set(self.certificate_principal)
         SESSION.set(self.sasl)
