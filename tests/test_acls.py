@@ -27,6 +27,7 @@ from hpbroker.security.acls import (
 )
 from hpbroker.security.authorizer import Authorizer, all_operations, parse_super_users
 from hpbroker.shared.counters import TopicChanges, WriterCounters
+from hpbroker.workers.authorization import acl_host
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
@@ -230,3 +231,10 @@ def test_the_standalone_file_is_changed_by_every_worker_and_read_by_all(tmp_path
     (tmp_path / ACLS_FILE).write_text("not json")
     with pytest.raises(AclStoreError, match="cannot read"):
         first.read()
+
+
+def test_client_addresses_are_written_as_kafkas_acls_name_hosts():
+    assert acl_host("10.0.0.1") == "10.0.0.1"
+    assert acl_host("::1") == "0:0:0:0:0:0:0:1"
+    assert acl_host("fe80::1%eth0") == "fe80:0:0:0:0:0:0:1"
+    assert acl_host("::ffff:10.0.0.7") == "10.0.0.7"

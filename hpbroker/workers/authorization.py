@@ -52,14 +52,17 @@ def client_ip() -> str:
 
 def acl_host(address: str) -> str:
     """An IP address in Java's form, as Kafka compares ACL hosts: IPv6
-    uncompressed (``0:0:0:0:0:0:0:1``, not ``::1``)."""
+    uncompressed (``0:0:0:0:0:0:0:1``, not ``::1``), an IPv4-mapped one as
+    the IPv4 address it maps."""
     if ":" not in address:
         return address
     try:
-        groups = ipaddress.IPv6Address(address.split("%", 1)[0]).exploded.split(":")
+        parsed = ipaddress.IPv6Address(address.split("%", 1)[0])
     except ValueError:
         return address
-    return ":".join(f"{int(group, 16):x}" for group in groups)
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return ":".join(f"{int(group, 16):x}" for group in parsed.exploded.split(":"))
 
 
 def authorizer_for(config) -> Authorizer | None:
