@@ -8,13 +8,11 @@ leader's SIGKILL and a restart of ZooKeeper."""
 
 import itertools
 import json
-from typing import Any
 
 import confluent_kafka as ck
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -23,6 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.acls import acl_filter
 from harness.broker import free_port
 from harness.cluster import Cluster
 from harness.waiting import wait_for
@@ -35,11 +34,6 @@ SETTINGS = {"listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_
             "listener.name.external.plain.sasl.jaas.config": JAAS,
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "super.users": "User:ANONYMOUS"}
-
-
-def acl_filter(*parts: Any) -> AclBindingFilter:
-    """confluent-kafka's ACL filter; its type hints want strings where None means any."""
-    return AclBindingFilter(*parts)
 
 
 

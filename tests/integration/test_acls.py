@@ -10,7 +10,6 @@ users out instead of opening the broker."""
 import signal
 import subprocess
 import sys
-from typing import Any
 
 import confluent_kafka as ck
 import kafka
@@ -20,7 +19,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -30,6 +28,7 @@ from confluent_kafka.admin import (
 )
 from kio.static.primitive import i8
 
+from harness.acls import acl_filter
 from harness.broker import REPO, Broker, free_port
 from harness.sasl import ADMIN, settings as sasl_settings
 from harness.waiting import wait_for
@@ -43,11 +42,6 @@ from tests.integration.worker_kills import assert_acknowledged_once, produce_thr
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-
-
-def acl_filter(*parts: Any) -> AclBindingFilter:
-    """confluent-kafka's ACL filter; its type hints want strings where None means any."""
-    return AclBindingFilter(*parts)
 
 
 ANY = acl_filter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
