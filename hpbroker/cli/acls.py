@@ -32,6 +32,7 @@ from hpbroker.cli.connection import CliError, add_connection_args, command_confi
 from hpbroker.cli.kafka_requests import Brokers, build, error_name, request_module, security_of
 from hpbroker.errors import ErrorCode
 from hpbroker.security.acls import (
+    OPERATIONS_OF,
     RESOURCE_NAMES,
     AclError,
     Operation,
@@ -155,6 +156,12 @@ def add_acls(args, admin) -> int:
         raise CliError("name a resource: --topic, --group, --transactional-id or --cluster")
     if not entries:
         raise CliError("name who: --allow-principal or --deny-principal")
+    for kind, name, _pattern in resources:  # refused before anything is sent, as kafka-acls refuses it
+        wrong = [op.name for op in _operations_for(args, kind)
+                 if op != AclOperation.ALL and Operation[op.name] not in OPERATIONS_OF[AclResourceType(kind.value)]]
+        if wrong:
+            raise CliError(f"{TYPE_NAMES[kind].lower()} {name!r} has no operation {', '.join(wrong)} (it has "
+                           f"{', '.join(o.name for o in OPERATIONS_OF[AclResourceType(kind.value)])}, and ALL)")
     bindings = [AclBinding(kind, name, pattern, principal, host, op, permission)
                 for kind, name, pattern in resources for op in _operations_for(args, kind)
                 for principal, host, permission in entries]

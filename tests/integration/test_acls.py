@@ -408,3 +408,8 @@ def test_the_acls_command_adds_lists_and_removes(broker, setup, tmp_path):
     bad = hpbroker("add", "--allow-principal", "dave", "--operation", "Read", "--topic", topic)
     assert bad.returncode == 1 and bad.stderr.strip() == \
         "hpbroker acls: principal 'dave': expected Type:name, e.g. User:dave"
+    # an operation the resource has not: refused before anything is sent, nothing made
+    bad = hpbroker("add", "--allow-principal", "User:dave", "--operation", "Write", "--topic", topic, "--group", topic)
+    assert bad.returncode == 1 and bad.stderr.strip() == \
+        f"hpbroker acls: group '{topic}' has no operation WRITE (it has READ, DESCRIBE, DELETE, and ALL)"
+    assert hpbroker("list", "--topic", topic).stdout.splitlines()[1:] == []
