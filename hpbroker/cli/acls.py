@@ -47,9 +47,6 @@ DESCRIBE_ACLS = 29
 CLUSTER_NAME = "kafka-cluster"
 PATTERNS = {"literal": ResourcePatternType.LITERAL, "prefixed": ResourcePatternType.PREFIXED,
             "any": ResourcePatternType.ANY, "match": ResourcePatternType.MATCH}
-# librdkafka calls Kafka's CLUSTER resource type BROKER (both are code 4)
-TYPE_NAMES = {ResourceType.TOPIC: "Topic", ResourceType.GROUP: "Group", ResourceType.BROKER: "Cluster",
-              ResourceType.TRANSACTIONAL_ID: "TransactionalId"}
 
 
 def add_parser(sub) -> None:
@@ -160,7 +157,7 @@ def add_acls(args, admin) -> int:
         wrong = [op.name for op in _operations_for(args, kind)
                  if op != AclOperation.ALL and Operation[op.name] not in OPERATIONS_OF[AclResourceType(kind.value)]]
         if wrong:
-            raise CliError(f"{TYPE_NAMES[kind].lower()} {name!r} has no operation {', '.join(wrong)} (it has "
+            raise CliError(f"{_type_name(kind.value).lower()} {name!r} has no operation {', '.join(wrong)} (it has "
                            f"{', '.join(o.name for o in OPERATIONS_OF[AclResourceType(kind.value)])}, and ALL)")
     bindings = [AclBinding(kind, name, pattern, principal, host, op, permission)
                 for kind, name, pattern in resources for op in _operations_for(args, kind)
@@ -227,6 +224,7 @@ def list_acls(args) -> int:
 
 
 def _type_name(code: int) -> str:
+    """Kafka's name of a resource type (librdkafka calls CLUSTER, code 4, BROKER)."""
     try:
         return RESOURCE_NAMES[AclResourceType(code)]
     except (KeyError, ValueError):
@@ -251,7 +249,7 @@ def _wait(futures: dict, args) -> list:
 
 
 def _row(binding) -> list:
-    return [TYPE_NAMES.get(binding.restype, binding.restype.name.title()), binding.name,
+    return [_type_name(binding.restype.value), binding.name,
             binding.resource_pattern_type.name, binding.principal, binding.host, binding.operation.name,
             binding.permission_type.name]
 

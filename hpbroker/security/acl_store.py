@@ -25,6 +25,7 @@ from hpbroker.security.acls import (
     Filter,
     PatternType,
     Resource,
+    entries_of,
     resource_type_named,
 )
 
@@ -67,10 +68,6 @@ def removed(acls: Acls, filters: list[Filter]) -> tuple[Acls, list[list[Binding]
     return result, matched
 
 
-def bindings_of(acls: Acls) -> list[Binding]:
-    return sorted(Binding(resource, entry) for resource, entries in acls.items() for entry in entries)
-
-
 # --- the standalone file ------------------------------------------------------------------------
 def encode_file(acls: Acls) -> dict:
     return {"version": 1, "acls": [
@@ -87,14 +84,8 @@ def decode_file(document: dict) -> Acls:
                                 PatternType[item.get("patternType", "LITERAL")])
         except (KeyError, TypeError) as exc:
             raise AclError(f"a resource without {exc}") from None
-        acls[resource] = acls.get(resource, frozenset()) | decode_entries_list(item.get("acls", []))
+        acls[resource] = acls.get(resource, frozenset()) | entries_of(item.get("acls", []))
     return acls
-
-
-def decode_entries_list(items) -> frozenset[Entry]:
-    if not isinstance(items, list):
-        raise AclError("'acls' is not a list")
-    return frozenset(Entry.decode(item) for item in items)
 
 
 class FileAcls:

@@ -223,11 +223,7 @@ class Filter:
 
     def _pattern_matches(self, resource: Resource) -> bool:
         if self.pattern == PatternType.MATCH:
-            if self.name is None:
-                return True
-            if resource.pattern is PatternType.PREFIXED:
-                return self.name.startswith(resource.name)
-            return resource.name in (self.name, WILDCARD)
+            return self.name is None or resource.matches(self.name)
         if self.pattern != PatternType.ANY and resource.pattern != self.pattern:
             return False
         return self.name is None or resource.name == self.name
@@ -248,6 +244,11 @@ def decode_entries(data: bytes | None) -> frozenset[Entry]:
         items = document["acls"]
     except (ValueError, KeyError, TypeError) as exc:
         raise AclError(f"not Kafka's ACL JSON: {exc}") from None
+    return entries_of(items)
+
+
+def entries_of(items) -> frozenset[Entry]:
+    """A JSON list of entries, as a resource znode and the standalone file hold them."""
     if not isinstance(items, list):
         raise AclError("not Kafka's ACL JSON: 'acls' is not a list")
     return frozenset(Entry.decode(item) for item in items)

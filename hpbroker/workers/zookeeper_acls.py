@@ -19,7 +19,7 @@ import asyncio
 import logging
 
 from hpbroker.cluster.admin import AdminError
-from hpbroker.security.acl_store import Acls, AclStoreError
+from hpbroker.security.acl_store import Acls, AclStoreError, added, removed
 from hpbroker.security.acls import (
     RESOURCE_NAMES,
     AclError,
@@ -51,9 +51,7 @@ class ZooKeeperAcls:
         self._changed = asyncio.Event()
 
     async def add(self, bindings: list[Binding]) -> None:
-        by_resource: dict[Resource, set[Entry]] = {}
-        for binding in bindings:
-            by_resource.setdefault(binding.resource, set()).add(binding.entry)
+        by_resource = added({}, bindings)
         for resource, entries in by_resource.items():
             await self._change(resource, lambda current, entries=entries: current | entries)
         await self._until(lambda acls: all(entries <= acls.get(r, frozenset()) for r, entries in by_resource.items()))
@@ -61,21 +59,17 @@ class ZooKeeperAcls:
     async def remove(self, filters: list[Filter]) -> list[list[Binding]]:
         """Each filter's matches among the ACLs this broker knows, removed from what ZooKeeper holds."""
         matched: list[list[Binding]] = [[] for _ in filters]
-        candidates = [r for r, entries in self.read().items()
-                      if any(f.matches(Binding(r, e)) for f in filters for e in entries)]
-        for resource in candidates:
+        _, known = removed(self.read(), filters)
+        for resource in sorted({b.resource for hits in known for b in hits}):
+            last: list[list[list[Binding]]] = []  # this resource's matches in the last read (a retry reads again)
+
             def drop(current: frozenset[Entry], resource=resource) -> frozenset[Entry]:
-                for hits in matched:  # this resource's matches, from the last read (a retry reads again)
-                    hits[:] = [b for b in hits if b.resource != resource]
-                kept = set()
-                for entry in current:
-                    hit = [i for i, f in enumerate(filters) if f.matches(Binding(resource, entry))]
-                    for i in hit:
-                        matched[i].append(Binding(resource, entry))
-                    if not hit:
-                        kept.add(entry)
-                return frozenset(kept)
+                left, hits = removed({resource: current}, filters)
+                last[:] = [hits]
+                return left.get(resource, frozenset())
             await self._change(resource, drop)
+            for i, hits in enumerate(last[0] if last else ()):
+                matched[i].extend(hits)
         gone = {b for hits in matched for b in hits}
         await self._until(lambda acls: not any(b.entry in acls.get(b.resource, frozenset()) for b in gone))
         return [sorted(set(hits)) for hits in matched]

@@ -1,5 +1,6 @@
 """What the three ACL APIs share: reading a request's binding or filter, and
-Kafka's answers when no authorizer is set or the caller may not act."""
+Kafka's answer when no authorizer is set.  (Whether the caller may act, DESCRIBE
+or ALTER on the cluster, is decided before the handler: ``guards.py``.)"""
 
 from kio.static.primitive import i8
 
@@ -20,14 +21,10 @@ from hpbroker.security.acls import (
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"
 
 
-def refusal(ctx, operation: Operation) -> tuple[ErrorCode, str] | None:
-    """Kafka's whole-request answer before any ACL is read or written: no
-    authorizer (SECURITY_DISABLED), or the caller may not ``operation`` the
-    cluster (CLUSTER_AUTHORIZATION_FAILED); None to go on."""
+def refusal(ctx) -> tuple[ErrorCode, str] | None:
+    """Kafka's whole-request answer with no authorizer (SECURITY_DISABLED); None to go on."""
     if not ctx.access.enabled:
         return ErrorCode.security_disabled, NO_AUTHORIZER
-    if not ctx.access.cluster(operation):
-        return ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is not allowed"
     return None
 
 

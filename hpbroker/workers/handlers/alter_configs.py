@@ -9,13 +9,13 @@ resource is refused with a message saying so.
 
 from hpbroker.errors import ErrorCode
 from hpbroker.security.acls import Operation
+from hpbroker.workers.handlers.config_entries import BROKER, TOPIC
 from hpbroker.workers.handlers.guards import config_refusal
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 from hpbroker.workers.topics import TopicError
 
 ALTER_CONFIGS = 33
 INCREMENTAL_ALTER_CONFIGS = 44
-TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 

@@ -2,6 +2,8 @@
 
 from hpbroker.storage.config import broker_key_of, broker_log_properties
 
+# Kafka's ConfigResource types (DescribeConfigs, AlterConfigs).
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 # Kafka's ConfigSource ids.
 TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4

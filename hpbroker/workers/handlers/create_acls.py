@@ -7,7 +7,7 @@ import logging
 
 from hpbroker.errors import ErrorCode
 from hpbroker.security.acl_store import AclStoreError
-from hpbroker.security.acls import AclError, Operation, validated
+from hpbroker.security.acls import AclError, validated
 from hpbroker.workers.authorization import principal
 from hpbroker.workers.handlers.acl_common import binding_of, refusal, store_error
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 async def handle(ctx, header, request):
     m = response_module(API_KEY, header.api_version)
-    refused = refusal(ctx, Operation.ALTER)
+    refused = refusal(ctx)
     outcomes: list[tuple[ErrorCode, str | None]] = [(ErrorCode.none, None)] * len(request.creations)
     valid = []
     if refused is not None:

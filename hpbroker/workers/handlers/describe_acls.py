@@ -3,7 +3,7 @@ Needs DESCRIBE on the cluster; with no authorizer, SECURITY_DISABLED."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.security.acl_store import AclStoreError
-from hpbroker.security.acls import AclError, Binding, Operation
+from hpbroker.security.acls import AclError, Binding
 from hpbroker.workers.handlers.acl_common import filter_of, refusal, store_error, wire
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
@@ -16,7 +16,7 @@ async def handle(ctx, header, request):
     def answer(error=ErrorCode.none, message=None, resources=()):
         return make(m.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=error, error_message=message,
                     resources=resources)
-    refused = refusal(ctx, Operation.DESCRIBE)
+    refused = refusal(ctx)
     if refused is not None:
         return answer(*refused)
     try:

@@ -3,12 +3,11 @@ from) or the broker's."""
 
 from hpbroker.errors import ErrorCode
 from hpbroker.security.acls import Operation
-from hpbroker.workers.handlers.config_entries import broker_config_entries, topic_config_entries
+from hpbroker.workers.handlers.config_entries import BROKER, TOPIC, broker_config_entries, topic_config_entries
 from hpbroker.workers.handlers.guards import config_refusal
 from hpbroker.workers.kio_build import NO_THROTTLE, make, response_module
 
 API_KEY = 32
-TOPIC, BROKER = 2, 4
 
 
 def _entries(ctx, resource):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from hpbroker.errors import ErrorCode
 from hpbroker.protocol.error_response import error_response
 from hpbroker.security.acls import CLUSTER_NAME, Operation, ResourceType
+from hpbroker.workers.handlers.config_entries import BROKER, BROKER_LOGGER, TOPIC
 
 Refusal = tuple[ErrorCode, str] | None
 
@@ -58,17 +59,14 @@ def _transactional(group: bool = False) -> Callable:
     return check
 
 
-_CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER = 2, 4, 8  # DescribeConfigs' and AlterConfigs' resource types
-
-
 def config_refusal(ctx, resource, operation: Operation) -> Refusal:
     """DescribeConfigs and AlterConfigs, per resource: DESCRIBE_CONFIGS or
     ALTER_CONFIGS on the topic, or on the cluster for a broker's settings."""
     kind = resource.resource_type
-    if kind == _CONFIG_TOPIC:
+    if kind == TOPIC:
         if not ctx.access.topic(operation, resource.resource_name):
             return ErrorCode.topic_authorization_failed, f"{operation.name} on this topic is not allowed"
-    elif kind in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
+    elif kind in (BROKER, BROKER_LOGGER):
         if not ctx.access.cluster(operation):
             return ErrorCode.cluster_authorization_failed, f"{operation.name} on the cluster is not allowed"
     return None
@@ -112,6 +110,9 @@ CHECKS: dict[int, Callable] = {
     13: _group(Operation.READ),  # LeaveGroup
     14: _group(Operation.READ),  # SyncGroup
     22: _init_producer_id,
+    29: _cluster(Operation.DESCRIBE),  # DescribeAcls (no authorizer: SECURITY_DISABLED, its handler's)
+    30: _cluster(Operation.ALTER),  # CreateAcls
+    31: _cluster(Operation.ALTER),  # DeleteAcls
     24: _add_partitions_to_txn,  # (each topic: its handler)
     25: _transactional(group=True),  # AddOffsetsToTxn
     26: _transactional(),  # EndTxn
